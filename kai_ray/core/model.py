@@ -1,0 +1,244 @@
+"""The scheduling core's input and output: plain, immutable-by-convention dataclasses.
+
+A backend (scenario files, Ray, Kubernetes, the simulator) translates its world into a
+`ClusterSnapshot`, calls `run_cycle`, and translates the `CycleResult` back. Units are
+resolved before they reach the core: cpu in cores, memory and gpu memory in bytes, gpu
+in devices (a value below 1 is a fraction of one device), time in seconds.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+__all__ = [
+    "CPU",
+    "DEFAULT_ACTIONS",
+    "GPU",
+    "MEMORY",
+    "RESOURCES",
+    "UNLIMITED",
+    "Bind",
+    "ClusterSnapshot",
+    "CycleResult",
+    "Decision",
+    "Evict",
+    "JobInfo",
+    "NodeInfo",
+    "Pipeline",
+    "QueueInfo",
+    "QueueStatus",
+    "Request",
+    "SchedulerConfig",
+    "TaskInfo",
+    "TaskStatus",
+    "Topology",
+    "TopologyConstraint",
+]
+
+# The resources that queues account for (quota, limit, fair share), in array order.
+RESOURCES: tuple[str, str, str] = ("gpu", "cpu", "memory")
+GPU, CPU, MEMORY = 0, 1, 2
+UNLIMITED = -1.0  # a quota of -1 means "the whole cluster"; a limit of -1 means "no cap"
+
+DEFAULT_ACTIONS: tuple[str, ...] = (
+    "allocate",
+    "consolidation",
+    "reclaim",
+    "preempt",
+    "stalegangeviction",
+)
+
+
+class TaskStatus(enum.Enum):
+    PENDING = "Pending"
+    BINDING = "Binding"  # placed this cycle on capacity free now
+    PIPELINED = "Pipelined"  # placed this cycle on capacity still being released
+    RUNNING = "Running"
+    RELEASING = "Releasing"  # being evicted: holds its capacity until it is gone
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+    @property
+    def holds_capacity(self) -> bool:
+        return self in _HOLDING
+
+    @property
+    def is_active(self) -> bool:
+        """Counts toward the gang (minMember) and toward the queue's allocation."""
+        return self in _ACTIVE
+
+
+_HOLDING = frozenset(
+    {TaskStatus.BINDING, TaskStatus.PIPELINED, TaskStatus.RUNNING, TaskStatus.RELEASING}
+)
+_ACTIVE = frozenset({TaskStatus.BINDING, TaskStatus.PIPELINED, TaskStatus.RUNNING})
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """What one task asks for."""
+
+    gpu: float = 0.0  # whole devices (an integer >= 1) or a fraction of one (0 < gpu < 1)
+    gpu_memory: float = 0.0  # bytes of one device's memory, instead of `gpu`
+    cpu: float = 0.0  # cores
+    memory: float = 0.0  # bytes
+    extended: tuple[tuple[str, float], ...] = ()  # other resources, sorted by name
+
+    @property
+    def is_fractional(self) -> bool:
+        """Shares one device with others (a gpu fraction or a slice of gpu memory)."""
+        return self.gpu_memory > 0 or 0 < self.gpu < 1
+
+    def gpu_fraction(self, device_memory: float) -> float:
+        """The share of one device this request takes on a node with that device memory."""
+        if self.gpu_memory > 0:
+            return min(1.0, self.gpu_memory / device_memory) if device_memory > 0 else 1.0
+        return self.gpu
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    name: str
+    gpus: int = 0
+    cpu: float = 1000.0
+    memory: float = 10 * 1024**4
+    gpu_memory: float = 80 * 1024**3  # per device
+    labels: Mapping[str, str] = field(default_factory=dict)
+    unschedulable: bool = False  # no new placements; running tasks stay
+    extended: tuple[tuple[str, float], ...] = ()
+    gpu_model: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInfo:
+    """One queue of the tree. Per-resource triples are in RESOURCES order."""
+
+    name: str
+    parent: str | None = None
+    priority: int = 100
+    quota: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    limit: tuple[float, float, float] = (UNLIMITED, UNLIMITED, UNLIMITED)
+    over_quota_weight: tuple[float, float, float] = (1.0, 1.0, 1.0)
+    preempt_min_runtime: float | None = None  # None: inherit from the parent (default 0)
+    reclaim_min_runtime: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    name: str
+    levels: tuple[str, ...]  # node labels, outermost first
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyConstraint:
+    topology: str
+    required: str | None = None  # a level: every task inside one domain of it
+    preferred: str | None = None  # a level: best effort
+
+
+@dataclass(slots=True)
+class TaskInfo:
+    name: str
+    status: TaskStatus
+    request: Request
+    node: str | None = None
+    gpu_group: int | None = None  # device index on its node, for fractional tasks
+    since: float = 0.0  # absolute time the task entered its status
+
+
+@dataclass(slots=True)
+class JobInfo:
+    """A workload: a gang of tasks admitted all together (minMember), plus elastic surplus."""
+
+    name: str
+    queue: str
+    tasks: list[TaskInfo]
+    priority: int = 50
+    preemptible: bool = True
+    min_member: int = 0  # 0: every task is part of the gang
+    created_at: float = 0.0
+    topology: TopologyConstraint | None = None
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    stale_since: float | None = None  # when active tasks dropped below min_member
+
+    @property
+    def gang_size(self) -> int:
+        return self.min_member if self.min_member > 0 else len(self.tasks)
+
+
+@dataclass(slots=True)
+class ClusterSnapshot:
+    nodes: list[NodeInfo]
+    queues: list[QueueInfo]  # creation order: earlier is older (a tie-break)
+    jobs: list[JobInfo]
+    # Normalised historical usage per queue (0..1 per resource), for time-based fair share.
+    usage: Mapping[str, tuple[float, float, float]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    actions: tuple[str, ...] = DEFAULT_ACTIONS
+    gpu_placement: Literal["binpack", "spread"] = "binpack"
+    cpu_placement: Literal["binpack", "spread"] = "binpack"
+    gpu_device_order: Literal["pack", "spread"] = "pack"
+    k_value: float = 1.0
+    stale_gang_grace_period: float = 60.0  # seconds; negative: never evict
+    max_consolidation_preemptees: int = 16
+    full_hierarchy_fairness: bool = True
+    topologies: Mapping[str, Topology] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------- decisions
+
+
+@dataclass(frozen=True, slots=True)
+class Bind:
+    job: str
+    task: str
+    node: str
+    gpu_group: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Pipeline:
+    """Placed on capacity that evicted tasks are still releasing: bind once it is free."""
+
+    job: str
+    task: str
+    node: str
+    gpu_group: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Evict:
+    job: str
+    task: str
+    node: str
+    action: str  # consolidation | reclaim | preempt | stalegangeviction
+    reason: str
+
+
+Decision = Bind | Pipeline | Evict
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStatus:
+    """Per queue after the cycle, in RESOURCES order."""
+
+    deserved: tuple[float, float, float]
+    fair_share: tuple[float, float, float]
+    allocated: tuple[float, float, float]
+    requested: tuple[float, float, float]
+
+
+@dataclass(slots=True)
+class CycleResult:
+    decisions: list[Decision]
+    # Every job left with pending tasks -> why, in words a person understands.
+    pending_reasons: dict[str, str]
+    queues: dict[str, QueueStatus]
+    # Jobs that could not be considered at all (unknown queue, ...) -> why.
+    invalid: dict[str, str] = field(default_factory=dict)

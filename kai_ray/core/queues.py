@@ -1,0 +1,158 @@
+"""The queue tree as index arrays, built once per cycle from the queue list."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from kai_ray.core.model import RESOURCES, UNLIMITED, QueueInfo
+
+__all__ = ["QueueTree", "QueueTreeError", "build_queue_tree"]
+
+FloatArray = npt.NDArray[np.float64]
+
+
+class QueueTreeError(ValueError):
+    """An invalid queue tree; the message names the queue, the field and the fix."""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueTree:
+    """Queues by index; index order is creation order (older first)."""
+
+    names: tuple[str, ...]
+    index: dict[str, int]
+    parent: tuple[int, ...]  # -1 for a top-level queue
+    children: tuple[tuple[int, ...], ...]
+    roots: tuple[int, ...]
+    ancestors: tuple[tuple[int, ...], ...]  # the queue itself first, then up to its root
+    is_leaf: tuple[bool, ...]
+    priority: tuple[int, ...]
+    quota: FloatArray  # [Q, 3]; -1 = the whole cluster
+    limit: FloatArray  # [Q, 3]; -1 = no cap
+    weight: FloatArray  # [Q, 3] over-quota weight
+    preempt_min_runtime: tuple[float, ...]  # resolved from the queue upward (default 0)
+    reclaim_min_runtime: tuple[float | None, ...]  # as given; resolved per victim
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def lowest_common_ancestor(self, a: int, b: int) -> int:
+        """-1 when the two queues share no ancestor (different top-level queues)."""
+        seen = set(self.ancestors[a])
+        for q in self.ancestors[b]:
+            if q in seen:
+                return q
+        return -1
+
+    def child_toward(self, ancestor: int, q: int) -> int:
+        """The child of `ancestor` on the path down to `q` (the root of q when ancestor is -1)."""
+        path = self.ancestors[q]
+        if ancestor == -1:
+            return path[-1]
+        return path[path.index(ancestor) - 1]
+
+    def reclaim_min_runtime_for(self, reclaimer: int, victim: int) -> float:
+        """reclaimMinRuntime, resolved from one level below the lowest common ancestor
+        toward the victim's queue: the most specific value set on that path wins."""
+        lca = self.lowest_common_ancestor(reclaimer, victim)
+        path = self.ancestors[victim]
+        stop = path.index(lca) if lca != -1 else len(path)
+        for q in path[:stop]:
+            value = self.reclaim_min_runtime[q]
+            if value is not None:
+                return value
+        return 0.0
+
+
+def build_queue_tree(queues: Sequence[QueueInfo]) -> QueueTree:
+    index: dict[str, int] = {}
+    for i, q in enumerate(queues):
+        if q.name in index:
+            raise QueueTreeError(f"queue {q.name!r}: the name is used twice; rename one of them")
+        index[q.name] = i
+    parent = tuple(_parent_index(q, index) for q in queues)
+    children: list[list[int]] = [[] for _ in queues]
+    for i, p in enumerate(parent):
+        if p >= 0:
+            children[p].append(i)
+    ancestors = tuple(_ancestors(i, parent, queues) for i in range(len(queues)))
+    _check_resources(queues)
+    preempt_rt = tuple(_inherited_preempt_runtime(path, queues) for path in ancestors)
+    return QueueTree(
+        names=tuple(q.name for q in queues),
+        index=index,
+        parent=parent,
+        children=tuple(tuple(c) for c in children),
+        roots=tuple(i for i, p in enumerate(parent) if p < 0),
+        ancestors=ancestors,
+        is_leaf=tuple(not c for c in children),
+        priority=tuple(q.priority for q in queues),
+        quota=np.array([q.quota for q in queues], dtype=np.float64).reshape(-1, 3),
+        limit=np.array([q.limit for q in queues], dtype=np.float64).reshape(-1, 3),
+        weight=np.array([q.over_quota_weight for q in queues], dtype=np.float64).reshape(-1, 3),
+        preempt_min_runtime=preempt_rt,
+        reclaim_min_runtime=tuple(q.reclaim_min_runtime for q in queues),
+    )
+
+
+def _parent_index(q: QueueInfo, index: dict[str, int]) -> int:
+    if q.parent is None:
+        return -1
+    if q.parent not in index:
+        raise QueueTreeError(
+            f"queue {q.name!r}: parent {q.parent!r} does not exist; "
+            "define that queue or remove the parent field"
+        )
+    return index[q.parent]
+
+
+def _ancestors(i: int, parent: tuple[int, ...], queues: Sequence[QueueInfo]) -> tuple[int, ...]:
+    path = [i]
+    while parent[path[-1]] >= 0:
+        nxt = parent[path[-1]]
+        if nxt in path:
+            cycle = " -> ".join(queues[j].name for j in [*path, nxt])
+            raise QueueTreeError(
+                f"queue {queues[i].name!r}: field parent makes a cycle ({cycle}); "
+                "the tree must end at a queue without a parent"
+            )
+        path.append(nxt)
+    return tuple(path)
+
+
+def _check_resources(queues: Sequence[QueueInfo]) -> None:
+    for q in queues:
+        for r, name in enumerate(RESOURCES):
+            quota, limit, weight = q.quota[r], q.limit[r], q.over_quota_weight[r]
+            if quota < 0 and quota != UNLIMITED:
+                raise QueueTreeError(
+                    f"queue {q.name!r}: resources.{name}.quota is {quota:g}; "
+                    "use a value >= 0, or -1 for the whole cluster"
+                )
+            if limit < 0 and limit != UNLIMITED:
+                raise QueueTreeError(
+                    f"queue {q.name!r}: resources.{name}.limit is {limit:g}; "
+                    "use a value >= 0, or -1 for no limit"
+                )
+            if limit != UNLIMITED and quota != UNLIMITED and limit < quota:
+                raise QueueTreeError(
+                    f"queue {q.name!r}: resources.{name}.limit {limit:g} is below its quota "
+                    f"{quota:g}; raise the limit to at least the quota or lower the quota"
+                )
+            if weight < 0:
+                raise QueueTreeError(
+                    f"queue {q.name!r}: resources.{name}.overQuotaWeight is {weight:g}; "
+                    "use a value >= 0 (0: no share of what is left over)"
+                )
+
+
+def _inherited_preempt_runtime(path: tuple[int, ...], queues: Sequence[QueueInfo]) -> float:
+    for q in path:
+        value = queues[q].preempt_min_runtime
+        if value is not None:
+            return value
+    return 0.0
