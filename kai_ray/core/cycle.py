@@ -2,11 +2,139 @@
 
 from __future__ import annotations
 
-from kai_ray.core.model import ClusterSnapshot, CycleResult, SchedulerConfig
+from collections.abc import Callable
 
-__all__ = ["run_cycle"]
+import numpy as np
+
+from kai_ray.core.allocate import allocate
+from kai_ray.core.cluster import ClusterState, FloatArray, build_state
+from kai_ray.core.context import CycleContext
+from kai_ray.core.fairshare import FairShares, compute_fair_shares
+from kai_ray.core.model import (
+    Bind,
+    ClusterSnapshot,
+    CycleResult,
+    Decision,
+    Evict,
+    Pipeline,
+    QueueStatus,
+    SchedulerConfig,
+    TaskStatus,
+)
+from kai_ray.core.placement import Placer
+from kai_ray.core.queues import build_queue_tree
+from kai_ray.core.statement import Statement
+
+__all__ = ["ACTIONS", "UnknownActionError", "run_cycle"]
+
+Action = Callable[[CycleContext], None]
+ACTIONS: dict[str, Action] = {"allocate": allocate}
+
+
+class UnknownActionError(ValueError):
+    pass
+
+
+def _register_eviction_actions() -> None:
+    # The eviction actions live in their own modules; import lazily to keep the
+    # dependency one-way (they use allocate's helpers, not the other way round).
+    try:
+        from kai_ray.core.evictions import EVICTION_ACTIONS
+    except ImportError:  # pragma: no cover - only while the module does not exist
+        return
+    ACTIONS.update(EVICTION_ACTIONS)
+
+
+_register_eviction_actions()
 
 
 def run_cycle(snapshot: ClusterSnapshot, config: SchedulerConfig, now: float) -> CycleResult:
     """Decide one cycle. Pure: the snapshot is not modified; same input, same output."""
-    raise NotImplementedError("being written")
+    for name in config.actions:
+        if name not in ACTIONS:
+            known = ", ".join(sorted(ACTIONS))
+            raise UnknownActionError(f"scheduler config: unknown action {name!r}; use one of {known}")
+    tree = build_queue_tree(snapshot.queues)
+    state = build_state(snapshot, tree)
+    total = _cluster_total(state)
+    shares = compute_fair_shares(
+        tree, total, state.usage.requested, _usage_array(snapshot, state), config.k_value
+    )
+    ctx = CycleContext(
+        state=state,
+        shares=shares,
+        config=config,
+        now=now,
+        total=total,
+        placer=Placer(state, config),
+        stmt=Statement(state),
+    )
+    for name in config.actions:
+        ACTIONS[name](ctx)
+        ctx.stmt.commit()
+    return CycleResult(
+        decisions=_decisions(state),
+        pending_reasons=_pending_reasons(ctx),
+        queues=_queue_status(state, shares),
+        invalid=dict(state.invalid),
+    )
+
+
+def _cluster_total(state: ClusterState) -> FloatArray:
+    cap = state.nodes.capacity
+    return np.array([cap[:, 0].sum(), cap[:, 1].sum(), cap[:, 2].sum()]) if len(cap) else np.zeros(3)
+
+
+def _usage_array(snapshot: ClusterSnapshot, state: ClusterState) -> FloatArray | None:
+    if not snapshot.usage:
+        return None
+    usage = np.zeros((len(state.tree), 3))
+    for name, values in snapshot.usage.items():
+        q = state.tree.index.get(name)
+        if q is not None:
+            usage[q] = values
+    return usage
+
+
+def _decisions(state: ClusterState) -> list[Decision]:
+    names = state.nodes.names
+    out: list[Decision] = []
+    for job in state.jobs:
+        for t in job.tasks:
+            if t.evicted_from is not None and t.evict_reason is not None:
+                node = names[t.evicted_from[0]]
+                out.append(Evict(job.name, t.info.name, node, *t.evict_reason))
+            device = t.device if t.device >= 0 else None
+            if t.status is TaskStatus.BINDING:
+                out.append(Bind(job.name, t.info.name, names[t.node], device))
+            elif t.status is TaskStatus.PIPELINED and t.placed_by:
+                out.append(Pipeline(job.name, t.info.name, names[t.node], device))
+    return out
+
+
+def _pending_reasons(ctx: CycleContext) -> dict[str, str]:
+    reasons: dict[str, str] = {}
+    for job in ctx.state.jobs:
+        if not job.pending():
+            continue
+        reason = ctx.reasons.get(job.name)
+        if reason is None:
+            reason = "not tried this cycle" if ctx.config.actions else "no actions configured"
+        reasons[job.name] = reason
+    reasons.update(ctx.state.invalid)
+    return reasons
+
+
+def _queue_status(state: ClusterState, shares: FairShares) -> dict[str, QueueStatus]:
+    def triple(row: FloatArray) -> tuple[float, float, float]:
+        return (float(row[0]), float(row[1]), float(row[2]))
+
+    return {
+        name: QueueStatus(
+            deserved=triple(shares.deserved[q]),
+            fair_share=triple(shares.fair_share[q]),
+            allocated=triple(state.usage.allocated[q]),
+            requested=triple(state.usage.requested[q]),
+        )
+        for q, name in enumerate(state.tree.names)
+    }

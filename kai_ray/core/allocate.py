@@ -1,0 +1,101 @@
+"""The allocate action: jobs in queue order, each gang placed whole or not at all, then
+elastic surplus tasks one at a time. Tasks may land on capacity still being released
+(Pipelined); a gang with a pipelined task waits as a whole."""
+
+from __future__ import annotations
+
+from kai_ray.core.capacity import capacity_problem
+from kai_ray.core.cluster import Job, Task
+from kai_ray.core.context import CycleContext
+from kai_ray.core.model import TaskStatus
+from kai_ray.core.ordering import JobQueues
+from kai_ray.core.reasons import explain_unplaced
+
+__all__ = ["allocate", "try_allocate"]
+
+ShapeKey = tuple[object, ...]
+
+
+def allocate(ctx: CycleContext) -> None:
+    waiting = [j for j in ctx.state.jobs if j.pending()]
+    order = JobQueues(ctx.state, ctx.rank, waiting)
+    # A gang that did not fit fails the same way for every job of the same shape: capacity
+    # only shrinks during allocate, so remember the failure and skip the search.
+    failed: dict[ShapeKey, str] = {}
+    while (job := order.next_job()) is not None:
+        try_allocate(ctx, job, "allocate", failed)
+        order.done(job)
+
+
+def try_allocate(
+    ctx: CycleContext, job: Job, action: str, failed: dict[ShapeKey, str] | None = None
+) -> bool:
+    """Place the job's missing gang (all or nothing), then what surplus fits.
+    True when the gang is whole after the call."""
+    pending = job.pending()
+    missing = job.gang - job.active()
+    if missing > len(pending):
+        ctx.reasons[job.name] = (
+            f"gang needs {job.gang} tasks but only {job.active() + len(pending)} exist "
+            "(some failed or finished); it cannot start whole"
+        )
+        return False
+    placed: list[Task] = []
+    if missing > 0:
+        gang = pending[:missing]
+        if not _place_gang(ctx, job, gang, action, failed):
+            return False
+        placed = gang
+    placed += _place_surplus(ctx, job, pending[max(missing, 0):], action)
+    if any(t.status is TaskStatus.PIPELINED for t in placed):
+        for t in placed:
+            ctx.stmt.mark_pipelined(t)
+    if len(placed) == len(pending):
+        ctx.reasons.pop(job.name, None)
+    return True
+
+
+def _place_gang(
+    ctx: CycleContext, job: Job, gang: list[Task], action: str, failed: dict[ShapeKey, str] | None
+) -> bool:
+    problem = capacity_problem(ctx.state, ctx.shares, job, ctx.amount(gang))
+    if problem:
+        ctx.reasons[job.name] = problem
+        return False
+    key = _shape(job, gang)
+    if failed is not None and key in failed:
+        ctx.reasons[job.name] = failed[key]
+        return False
+    if ctx.placer.place_gang(ctx.stmt, job, gang, action):
+        return True
+    reason = explain_unplaced(ctx.placer, gang)
+    ctx.reasons[job.name] = reason
+    if failed is not None:
+        failed[key] = reason
+    return False
+
+
+def _place_surplus(ctx: CycleContext, job: Job, surplus: list[Task], action: str) -> list[Task]:
+    placed: list[Task] = []
+    for task in surplus:
+        problem = capacity_problem(ctx.state, ctx.shares, job, ctx.amount([task]))
+        if problem:
+            ctx.reasons[job.name] = f"elastic job has {len(placed)} more tasks running; {problem}"
+            break
+        mask = ctx.placer.job_mask(job)
+        if not ctx.placer.place_all(ctx.stmt, [task], mask, action):
+            ctx.reasons[job.name] = (
+                f"elastic job: no room for more tasks ({explain_unplaced(ctx.placer, [task])})"
+            )
+            break
+        placed.append(task)
+    return placed
+
+
+def _shape(job: Job, tasks: list[Task]) -> ShapeKey:
+    info = job.info
+    return (
+        tuple(t.info.request for t in tasks),
+        tuple(sorted(info.node_selector.items())),
+        info.topology,
+    )

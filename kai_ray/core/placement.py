@@ -1,0 +1,204 @@
+"""Where tasks go: node filters and scores (vectorised over nodes), GPU device choice,
+and topology domains. Placement changes state only through the Statement it is given."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from kai_ray.core.cluster import EPS, BoolArray, ClusterState, FloatArray, Job, Task
+from kai_ray.core.model import SchedulerConfig, TopologyConstraint
+from kai_ray.core.statement import Statement
+
+__all__ = ["HOSTNAME_LABEL", "Placer", "Spot"]
+
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+IntArray = npt.NDArray[np.int64]
+Spot = tuple[int, int, bool]  # node, device (-1 unless fractional), pipelined
+
+
+class Placer:
+    def __init__(self, state: ClusterState, config: SchedulerConfig) -> None:
+        self.state = state
+        self.config = config
+        self._selector_masks: dict[tuple[tuple[str, str], ...], BoolArray] = {}
+        self._domains: dict[str, tuple[IntArray, list[str]]] = {}
+
+    # ------------------------------------------------------------ filters
+
+    def base_mask(self, job: Job) -> BoolArray:
+        """Schedulable nodes that match the job's node selector (cached per selector)."""
+        key = tuple(sorted(job.info.node_selector.items()))
+        mask = self._selector_masks.get(key)
+        if mask is None:
+            nodes = self.state.nodes
+            mask = nodes.schedulable.copy()
+            for label, value in key:
+                mask &= np.array([n.labels.get(label) == value for n in nodes.infos], dtype=bool)
+            self._selector_masks[key] = mask
+        return mask
+
+    def job_mask(self, job: Job) -> BoolArray:
+        """Like base_mask, but a job with a required topology level stays in the domain
+        where its active tasks already run (elastic growth keeps the gang together)."""
+        mask = self.base_mask(job)
+        constraint = job.info.topology
+        if constraint is None or not constraint.required:
+            return mask
+        ids, _ = self.domains(constraint.required)
+        held = {int(ids[t.node]) for t in job.tasks if t.status.is_active and t.node >= 0}
+        return mask & np.isin(ids, list(held)) if held else mask
+
+    def domains(self, level: str) -> tuple[IntArray, list[str]]:
+        """Per node, the id of its domain at a topology level (-1: node lacks the label)."""
+        cached = self._domains.get(level)
+        if cached is None:
+            names: dict[str, int] = {}
+            ids = np.full(len(self.state.nodes), -1, dtype=np.int64)
+            for i, node in enumerate(self.state.nodes.infos):
+                value = node.labels.get(level)
+                if value is None and level == HOSTNAME_LABEL:
+                    value = node.name
+                if value is not None:
+                    ids[i] = names.setdefault(value, len(names))
+            cached = self._domains[level] = (ids, list(names))
+        return cached
+
+    def fits(self, task: Task, mask: BoolArray, future: bool) -> BoolArray:
+        """Nodes in `mask` with room for the task now (or once releasing capacity is free)."""
+        nodes = self.state.nodes
+        room = nodes.idle + nodes.releasing if future else nodes.idle
+        ok = mask.copy()
+        for col in np.flatnonzero(task.demand):
+            ok &= room[:, col] >= task.demand[col] - EPS
+        if task.fraction_request:
+            ok &= self._fraction_room(task, future)
+        return ok
+
+    def _fraction_room(self, task: Task, future: bool) -> BoolArray:
+        nodes = self.state.nodes
+        need = self._fractions(task)
+        whole = nodes.idle[:, 0] + (nodes.releasing[:, 0] if future else 0.0)
+        # A shared device with room counts even when only its releasing part has it: a
+        # fraction waits for the shared device rather than opening a fresh one (as KAI).
+        return (nodes.frac_future >= need - EPS) | (whole >= 1 - EPS)
+
+    def _fractions(self, task: Task) -> FloatArray | float:
+        req = task.request
+        if req.gpu_memory > 0:
+            mem = self.state.nodes.device_memory
+            return np.minimum(1.0, req.gpu_memory / np.maximum(mem, 1.0))
+        return req.gpu
+
+    # ------------------------------------------------------------ scores
+
+    def best_node(self, task: Task, candidates: BoolArray) -> int:
+        nodes = self.state.nodes
+        gpu_task = task.fraction_request or task.demand[0] > 0
+        spread = (self.config.gpu_placement if gpu_task else self.config.cpu_placement) == "spread"
+        free = nodes.idle[:, 0] if gpu_task else nodes.idle[:, 1]
+        score = -free if spread else free.copy()
+        if task.fraction_request:
+            # Prefer nodes already sharing a device the task fits on.
+            shared_fit = nodes.frac_future >= self._fractions(task) - EPS
+            score = score + np.where(shared_fit, 0.0, 1e12)
+        return int(np.argmin(np.where(candidates, score, np.inf)))
+
+    def choose(self, task: Task, mask: BoolArray, allow_pipeline: bool) -> Spot | None:
+        now = self.fits(task, mask, future=False)
+        if now.any():
+            node = self.best_node(task, now)
+            return self._on_node(task, node, cpu_now=True)
+        if not allow_pipeline:
+            return None
+        later = self.fits(task, mask, future=True)
+        if not later.any():
+            return None
+        return self._on_node(task, self.best_node(task, later), cpu_now=False)
+
+    def _on_node(self, task: Task, node: int, cpu_now: bool) -> Spot:
+        if not task.fraction_request:
+            return node, -1, not cpu_now
+        device, device_now = self.choose_device(task, node)
+        return node, device, not (cpu_now and device_now)
+
+    def choose_device(self, task: Task, node: int) -> tuple[int, bool]:
+        """The device for a fraction, and whether it has room now (else: pipelined)."""
+        nodes = self.state.nodes
+        f = task.fraction_on(nodes, node)
+        shared = sorted(nodes.devices[node].items())
+        now = [(d.idle, i) for i, d in shared if d.idle >= f - EPS]
+        later = [(d.idle + d.releasing, i) for i, d in shared if d.idle + d.releasing >= f - EPS]
+        fresh = nodes.idle[node, 0] >= 1 - EPS
+        if self.config.gpu_device_order == "spread":
+            if fresh:
+                return nodes.new_device_index(node), True
+            if now:
+                return max(now, key=lambda x: (x[0], -x[1]))[1], True
+        elif now:
+            return min(now)[1], True
+        if later:
+            return min(later)[1], False
+        return nodes.new_device_index(node), fresh
+
+    # ------------------------------------------------------------ gangs
+
+    def place_all(
+        self,
+        stmt: Statement,
+        tasks: Sequence[Task],
+        mask: BoolArray,
+        action: str,
+        allow_pipeline: bool = True,
+    ) -> bool:
+        """Place every task or none (the caller's checkpoint is rolled back on failure)."""
+        checkpoint = stmt.checkpoint()
+        for task in tasks:
+            spot = self.choose(task, mask, allow_pipeline)
+            if spot is None:
+                stmt.rollback(checkpoint)
+                return False
+            stmt.place(task, spot[0], spot[1], spot[2], action)
+        return True
+
+    def place_gang(
+        self, stmt: Statement, job: Job, tasks: Sequence[Task], action: str, allow_pipeline: bool = True
+    ) -> bool:
+        mask = self.base_mask(job)
+        constraint = job.info.topology
+        if constraint is None or not (constraint.required or constraint.preferred):
+            return self.place_all(stmt, tasks, mask, action, allow_pipeline)
+        for domain_mask in self.domain_masks(constraint, tasks, mask):
+            if self.place_all(stmt, tasks, domain_mask, action, allow_pipeline):
+                return True
+        return False
+
+    def domain_masks(
+        self, constraint: TopologyConstraint, tasks: Sequence[Task], mask: BoolArray
+    ) -> Iterator[BoolArray]:
+        """Node sets to try, best first: each preferred domain, then each required domain
+        (or the whole cluster when nothing is required)."""
+        if constraint.preferred:
+            yield from self._domains_by_room(constraint.preferred, tasks, mask)
+        if constraint.required:
+            yield from self._domains_by_room(constraint.required, tasks, mask)
+        else:
+            yield mask
+
+    def _domains_by_room(self, level: str, tasks: Sequence[Task], mask: BoolArray) -> Iterator[BoolArray]:
+        ids, names = self.domains(level)
+        usable = mask & (ids >= 0)
+        if not names or not usable.any():
+            return
+        nodes = self.state.nodes
+        need = sum((t.demand for t in tasks), start=np.zeros(nodes.idle.shape[1]))
+        room = nodes.idle + nodes.releasing
+        col = 0 if need[0] > 0 or any(t.fraction_request for t in tasks) else 1
+        free = np.bincount(ids[usable], weights=room[usable, col], minlength=len(names))
+        # Binpack over domains: the fullest domain that may hold the whole gang first.
+        order = sorted(range(len(names)), key=lambda d: (free[d], names[d]))
+        for d in order:
+            if free[d] + EPS >= need[col]:
+                yield usable & (ids == d)

@@ -1,0 +1,145 @@
+"""A transactional statement over the cycle's state: place, evict, checkpoint, rollback.
+
+Every action changes the state only through a Statement. A victim search or a gang
+placement that fails rolls back to its checkpoint and leaves no trace; the decisions of
+the cycle are read off the tasks at the end (see cycle.py), so only what survived is
+ever emitted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from kai_ray.core.cluster import EPS, ClusterState, Device, Task
+from kai_ray.core.model import TaskStatus
+
+__all__ = ["Statement"]
+
+Undo = Callable[[], None]
+
+
+class Statement:
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        self._undo: list[Undo] = []
+
+    # ------------------------------------------------------------ transactions
+
+    def checkpoint(self) -> int:
+        return len(self._undo)
+
+    def rollback(self, checkpoint: int) -> None:
+        while len(self._undo) > checkpoint:
+            self._undo.pop()()
+
+    def commit(self) -> None:
+        """Keep everything done so far: no rollback can reach behind this point."""
+        self._undo.clear()
+
+    # ------------------------------------------------------------ operations
+
+    def place(self, task: Task, node: int, device: int, pipelined: bool, action: str) -> None:
+        """Put a pending (or just-evicted) task on `node`; `device` only for fractions."""
+        nodes, d = self.state.nodes, task.demand
+        if pipelined:
+            from_releasing = np.minimum(np.maximum(nodes.releasing[node], 0.0), d)
+            nodes.releasing[node] -= from_releasing
+            nodes.idle[node] -= d - from_releasing
+        else:
+            from_releasing = None
+            nodes.idle[node] -= d
+        undo_device = self._take_device(task, node, device, pipelined) if task.fraction_request else None
+        job = task.job
+        amount = self.state.queue_amount(task, node)
+        self.state.usage.add(job.queue, amount, not job.info.preemptible)
+        previous = (task.status, task.node, task.device, task.placed_by)
+        task.status = TaskStatus.PIPELINED if pipelined else TaskStatus.BINDING
+        task.node, task.device, task.placed_by = node, device, action
+
+        def undo() -> None:
+            task.status, task.node, task.device, task.placed_by = previous
+            self.state.usage.add(job.queue, amount, not job.info.preemptible, sign=-1.0)
+            if undo_device is not None:
+                undo_device()
+            if from_releasing is None:
+                nodes.idle[node] += d
+            else:
+                nodes.releasing[node] += from_releasing
+                nodes.idle[node] += d - from_releasing
+
+        self._undo.append(undo)
+
+    def evict(self, task: Task, action: str, reason: str) -> None:
+        """Start releasing a running task: its capacity stays held until it is gone."""
+        if task.status is not TaskStatus.RUNNING:
+            raise ValueError(f"task {task.info.name}: only running tasks are evicted")
+        nodes, node, device = self.state.nodes, task.node, task.device
+        nodes.releasing[node] += task.demand
+        fraction = task.fraction_on(nodes, node) if task.fraction_request else 0.0
+        if fraction:
+            nodes.devices[node][device].releasing += fraction
+            nodes.refresh_fractions(node)
+        job = task.job
+        amount = self.state.queue_amount(task, node)
+        self.state.usage.add(job.queue, amount, not job.info.preemptible, sign=-1.0)
+        task.status = TaskStatus.RELEASING
+        task.evicted_from, task.evict_reason = (node, device), (action, reason)
+
+        def undo() -> None:
+            task.status = TaskStatus.RUNNING
+            task.evicted_from = task.evict_reason = None
+            self.state.usage.add(job.queue, amount, not job.info.preemptible)
+            nodes.releasing[node] -= task.demand
+            if fraction:
+                nodes.devices[node][device].releasing -= fraction
+                nodes.refresh_fractions(node)
+
+        self._undo.append(undo)
+
+    def mark_pipelined(self, task: Task) -> None:
+        """A gang with one pipelined task waits as a whole: its bound tasks wait too."""
+        if task.status is not TaskStatus.BINDING:
+            return
+        task.status = TaskStatus.PIPELINED
+
+        def undo() -> None:
+            task.status = TaskStatus.BINDING
+
+        self._undo.append(undo)
+
+    # ------------------------------------------------------------ devices
+
+    def _take_device(self, task: Task, node: int, index: int, pipelined: bool) -> Undo:
+        nodes = self.state.nodes
+        devices = nodes.devices[node]
+        fraction = task.fraction_on(nodes, node)
+        device = devices.get(index)
+        opened_from = ""
+        if device is None:
+            # Opening a whole device for sharing: a free one, or one being released.
+            if nodes.idle[node, 0] >= 1 - EPS:
+                nodes.idle[node, 0] -= 1
+                device, opened_from = Device(), "idle"
+            else:
+                nodes.releasing[node, 0] -= 1
+                device, opened_from = Device(idle=0.0, releasing=1.0), "releasing"
+            devices[index] = device
+        from_releasing = min(max(device.releasing, 0.0), fraction) if pipelined else 0.0
+        device.releasing -= from_releasing
+        device.idle -= fraction - from_releasing
+        nodes.refresh_fractions(node)
+
+        def undo() -> None:
+            device.releasing += from_releasing
+            device.idle += fraction - from_releasing
+            if opened_from:
+                del devices[index]
+                if opened_from == "idle":
+                    nodes.idle[node, 0] += 1
+                else:
+                    nodes.releasing[node, 0] += 1
+            nodes.refresh_fractions(node)
+
+        return undo
