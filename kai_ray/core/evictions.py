@@ -1,0 +1,277 @@
+"""The actions that take capacity back: consolidation, reclaim, preempt, stale gangs.
+
+Each action walks the pending jobs in queue order, decides which running work may be
+taken (its policy: a victim filter), and hands the search to victims.free_room_for,
+which works inside the Statement so a failed search leaves no trace.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kai_ray.core.allocate import ShapeKey
+from kai_ray.core.capacity import capacity_problem, describe_amount
+from kai_ray.core.cluster import EPS, Job, Task
+from kai_ray.core.context import CycleContext
+from kai_ray.core.model import TaskStatus
+from kai_ray.core.ordering import JobQueues, dominant_share
+from kai_ray.core.victims import Unit, evict_unit, free_room_for, victim_units
+
+__all__ = ["EVICTION_ACTIONS", "consolidate", "preempt", "reclaim", "stale_gang_eviction"]
+
+
+def _waiting_gangs(ctx: CycleContext) -> JobQueues:
+    """Jobs whose gang is still incomplete, in queue order."""
+    jobs = [j for j in ctx.state.jobs if j.pending() and j.active() < j.gang]
+    return JobQueues(ctx.state, ctx.rank, jobs)
+
+
+def _missing(job: Job) -> list[Task]:
+    return job.pending()[: job.gang - job.active()]
+
+
+def _running_since(job: Job) -> float:
+    return min((t.since for t in job.tasks if t.status is TaskStatus.RUNNING), default=0.0)
+
+
+def _protected(ctx: CycleContext, unit: Unit, min_runtime: float) -> bool:
+    """Min runtime protects a gang, not its elastic surplus."""
+    return not unit.surplus and ctx.now - _running_since(unit.job) < min_runtime
+
+
+def _search(ctx: CycleContext, job: Job, victims: list[Unit], allowed, action: str, reason) -> bool:  # type: ignore[no-untyped-def]
+    gang = _missing(job)
+    if len(gang) < job.gang - job.active() or not gang:
+        return False
+    if capacity_problem(ctx.state, ctx.shares, job, ctx.amount(gang)):
+        return False
+    if not free_room_for(ctx, gang, victims, allowed, action, reason):
+        return False
+    if not job.pending():
+        ctx.reasons.pop(job.name, None)
+    return True
+
+
+# ---------------------------------------------------------------- preempt
+
+
+def preempt(ctx: CycleContext) -> None:
+    """Inside one queue: lower-priority preemptible work makes room for a higher one."""
+    order = _waiting_gangs(ctx)
+    while (job := order.next_job()) is not None:
+        queue, priority = job.queue, job.info.priority
+        tree = ctx.state.tree
+        min_runtime = tree.preempt_min_runtime[queue]
+        victims = victim_units(
+            [
+                j
+                for j in ctx.state.jobs
+                if j.queue == queue and j.info.preemptible and j.info.priority < priority
+            ]
+        )
+        reason = f"preempted by {job.name} in {tree.names[queue]}"
+        ctx.reasons.setdefault(
+            job.name,
+            f"no free room, and no lower-priority preemptible job in queue {tree.names[queue]} "
+            "can make room for it",
+        )
+        _search(
+            ctx,
+            job,
+            victims,
+            lambda u, m=min_runtime: not _protected(ctx, u, m),  # type: ignore[misc]
+            "preempt",
+            lambda u, r=reason: r,  # type: ignore[misc]
+        )
+        order.done(job)
+
+
+# ---------------------------------------------------------------- reclaim
+
+
+def reclaim(ctx: CycleContext) -> None:
+    """Between queues: a queue under its fair share takes back from queues over theirs."""
+    order = _waiting_gangs(ctx)
+    while (job := order.next_job()) is not None:
+        _reclaim_for(ctx, job)
+        order.done(job)
+
+
+def _reclaim_for(ctx: CycleContext, job: Job) -> bool:
+    state, shares, tree = ctx.state, ctx.shares, ctx.state.tree
+    gang = _missing(job)
+    if not gang:
+        return False
+    amount = ctx.amount(gang)
+    bound = shares.fair_share if job.info.preemptible else shares.deserved
+    # My side is judged as it stood before this job's tasks were placed.
+    mine_before = {q: state.usage.allocated[q].copy() for q in tree.ancestors[job.queue]}
+    if not _within(mine_before, (job.queue,), amount, bound):
+        ctx.reasons.setdefault(job.name, _over_share_reason(ctx, job, amount))
+        return False
+    victims = victim_units([j for j in state.jobs if j.queue != job.queue and j.info.preemptible])
+
+    def allowed(u: Unit) -> bool:
+        lca = tree.lowest_common_ancestor(job.queue, u.job.queue)
+        if _protected(ctx, u, tree.reclaim_min_runtime_for(job.queue, u.job.queue)):
+            return False
+        mine, theirs = tree.child_toward(lca, job.queue), tree.child_toward(lca, u.job.queue)
+        # Every level on my side below the common ancestor stays within its share.
+        path = tree.ancestors[job.queue]
+        levels = path[: path.index(mine) + 1] if ctx.config.full_hierarchy_fairness else path[:1]
+        if not _within(mine_before, levels, amount, bound):
+            return False
+        my_after = mine_before[mine] + amount
+        return _may_take(ctx, mine, theirs, my_after, ctx.amount(list(u.tasks)))
+
+    def reason(u: Unit) -> str:
+        q = job.queue
+        return (
+            f"reclaimed by queue {tree.names[q]} (fair share "
+            f"{describe_amount(shares.fair_share[q])}, allocated {describe_amount(mine_before[q])})"
+        )
+
+    return _search(ctx, job, victims, allowed, "reclaim", reason)
+
+
+def _within(
+    allocated: dict[int, np.ndarray], levels: tuple[int, ...], amount: np.ndarray, bound: np.ndarray
+) -> bool:
+    return not any(
+        ((allocated[q] + amount > bound[q] + EPS) & (amount > EPS)).any() for q in levels
+    )
+
+
+def _over_share_reason(ctx: CycleContext, job: Job, amount: np.ndarray) -> str:
+    q = job.queue
+    name = ctx.state.tree.names[q]
+    held = ctx.state.usage.allocated[q, 0]
+    share = ctx.shares.fair_share[q, 0]
+    return (
+        f"no free room, and queue {name} cannot reclaim: it would go over its fair share "
+        f"({held:g} + {amount[0]:g} GPU > {share:g})"
+    )
+
+
+def _may_take(
+    ctx: CycleContext, mine: int, theirs: int, my_after: np.ndarray, victim: np.ndarray
+) -> bool:
+    """KAI's reclaim rules, on the two sides where the queues' ancestry diverges."""
+    usage, shares = ctx.state.usage, ctx.shares
+    held = victim > EPS
+    their_alloc = usage.allocated[theirs]
+    # GuaranteeDeservedQuota: I stay within deserved and they are over theirs.
+    if (my_after <= shares.deserved[mine] + EPS).all() and (
+        (their_alloc > shares.deserved[theirs] + EPS) & held
+    ).any():
+        return True
+    # MaintainFairShare: they are still over their allocatable share...
+    if not ((their_alloc > shares.allocatable[theirs] + EPS) & held).any():
+        return False
+    # ...and saturation: after taking, my ratio stays below theirs (no ping-pong).
+    mine_ratio = dominant_share(my_after, shares.allocatable[mine], ctx.total)
+    theirs_ratio = dominant_share(their_alloc, shares.allocatable[theirs], ctx.total)
+    return mine_ratio < theirs_ratio - EPS
+
+
+# ---------------------------------------------------------------- consolidation
+
+
+def consolidate(ctx: CycleContext) -> None:
+    """Move preemptible jobs to free room for a gang that fits in the total free
+    capacity but nowhere at once; commit only when every moved job is placed again."""
+    if "spread" in (ctx.config.gpu_placement, ctx.config.cpu_placement):
+        return  # consolidation packs; it would undo a spread placement
+    order = _waiting_gangs(ctx)
+    tried: set[ShapeKey] = set()
+    while (job := order.next_job()) is not None:
+        gang = _missing(job)
+        if gang and job.info.preemptible and _fits_in_total(ctx, job, gang):
+            key = (tuple(t.info.request for t in gang), tuple(sorted(job.info.node_selector.items())))
+            if key not in tried and not _consolidate_for(ctx, job, gang):
+                tried.add(key)
+        order.done(job)
+
+
+def _fits_in_total(ctx: CycleContext, job: Job, gang: list[Task]) -> bool:
+    nodes = ctx.state.nodes
+    mask = ctx.placer.base_mask(job)
+    need = sum((t.demand for t in gang), start=np.zeros(nodes.idle.shape[1]))
+    need[0] += sum(t.fraction_on(nodes, 0) for t in gang if t.fraction_request) if len(nodes) else 0
+    free = nodes.idle[mask].sum(axis=0)
+    return bool((free + EPS >= need).all()) and not capacity_problem(
+        ctx.state, ctx.shares, job, ctx.amount(gang)
+    )
+
+
+def _consolidate_for(ctx: CycleContext, job: Job, gang: list[Task]) -> bool:
+    stmt = ctx.stmt
+    start = stmt.checkpoint()
+    candidates = victim_units([j for j in ctx.state.jobs if j.info.preemptible and j is not job])
+    candidates = candidates[: ctx.config.max_consolidation_preemptees]
+    reason = f"moved to defragment for {job.name}"
+    moved: list[Unit] = []
+    for unit in candidates:
+        evict_unit(ctx, unit, "consolidation", reason)
+        moved.append(unit)
+        attempt = stmt.checkpoint()
+        if ctx.placer.place_gang(stmt, job, gang, "consolidation") and _replace(ctx, moved):
+            for t in gang:
+                stmt.mark_pipelined(t)
+            ctx.reasons.pop(job.name, None)
+            return True
+        stmt.rollback(attempt)
+    stmt.rollback(start)
+    return False
+
+
+def _replace(ctx: CycleContext, moved: list[Unit]) -> bool:
+    """Place every moved task again, elsewhere, as pipelined (it starts once it stopped)."""
+    for unit in moved:
+        old = {t.node for t in unit.tasks}
+        mask = ctx.placer.job_mask(unit.job).copy()
+        mask[list(old)] = False
+        for t in unit.tasks:
+            spot = ctx.placer.choose(t, mask, allow_pipeline=True)
+            if spot is None:
+                return False
+            ctx.stmt.place(t, spot[0], spot[1], True, "consolidation")
+    return True
+
+
+# ---------------------------------------------------------------- stale gangs
+
+
+def stale_gang_eviction(ctx: CycleContext) -> None:
+    """A gang that kept fewer than minMember active tasks for the grace period is evicted
+    whole: holding part of a gang blocks others and cannot make progress."""
+    grace = ctx.config.stale_gang_grace_period
+    if grace < 0:
+        return
+    for job in ctx.state.jobs:
+        active = job.active()
+        if active == 0 or active >= job.gang:
+            continue
+        if any(t.status is TaskStatus.SUCCEEDED for t in job.tasks):
+            continue
+        since = _stale_since(ctx, job)
+        if ctx.now - since < grace:
+            continue
+        reason = f"gang below minMember ({active} of {job.gang} tasks) for {ctx.now - since:g}s"
+        for t in job.running():
+            ctx.stmt.evict(t, "stalegangeviction", reason)
+
+
+def _stale_since(ctx: CycleContext, job: Job) -> float:
+    if job.info.stale_since is not None:
+        return job.info.stale_since
+    inactive = [t.since for t in job.tasks if not t.status.is_active]
+    return max(inactive) if inactive else ctx.now
+
+
+EVICTION_ACTIONS = {
+    "consolidation": consolidate,
+    "reclaim": reclaim,
+    "preempt": preempt,
+    "stalegangeviction": stale_gang_eviction,
+}
