@@ -1,11 +1,81 @@
-"""Subcommands of `kai-ray` contributed by this package."""
+"""`kai-ray bench ...`: speed and memory of the core (and of the Ray backend), as JSON."""
 
 from __future__ import annotations
 
 import argparse
+import json
+from typing import Any
+
+from kai_ray.core import DEFAULT_ACTIONS
 
 __all__ = ["add_commands"]
 
 
+def _actions(value: str) -> tuple[str, ...]:
+    return DEFAULT_ACTIONS if value == "all" else tuple(a for a in value.split(",") if a)
+
+
 def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Register this package's subcommands (none yet)."""
+    bench = subparsers.add_parser("bench", help="measure the scheduler's speed (prints JSON)")
+    kinds = bench.add_subparsers(dest="bench_kind", required=True)
+
+    cycle = kinds.add_parser("cycle", help="full cycles on a synthetic cluster")
+    cycle.add_argument("--nodes", type=int, default=1000)
+    cycle.add_argument("--gpus-per-node", type=int, default=8)
+    cycle.add_argument("--pending", type=int, default=5000, help="pending tasks")
+    cycle.add_argument("--gang-size", type=int, default=8)
+    cycle.add_argument("--queues", type=int, default=50, help="leaf queues")
+    cycle.add_argument("--repeat", type=int, default=5)
+    cycle.add_argument("--actions", default="allocate", help="comma list, or 'all'")
+    cycle.add_argument("--json", action="store_true")
+    cycle.set_defaults(handler=_run_cycle)
+
+    for mode in ("reclaim", "preempt"):
+        p = kinds.add_parser(mode, help=f"the cycle that {mode}s for a 64-GPU gang")
+        p.add_argument("--nodes", type=int, default=1000)
+        p.add_argument("--gpus-per-node", type=int, default=8)
+        p.add_argument("--gang-gpus", type=int, default=64)
+        p.add_argument("--repeat", type=int, default=5)
+        p.add_argument("--actions", default="all", help="comma list, or 'all'")
+        p.add_argument("--json", action="store_true")
+        p.set_defaults(handler=_run_eviction, mode=mode)
+
+    ray_bench = kinds.add_parser("ray", help="admission latency through a real local Ray cluster")
+    ray_bench.add_argument("--json", action="store_true")
+    ray_bench.set_defaults(handler=_run_ray)
+
+
+def _print(result: dict[str, Any], as_json: bool) -> int:
+    if as_json:
+        print(json.dumps(result))
+    else:
+        width = max(len(k) for k in result)
+        for key, value in result.items():
+            print(f"{key:<{width}}  {value}")
+    return 0
+
+
+def _run_cycle(args: argparse.Namespace) -> int:
+    from kai_ray.bench.run import bench_cycle
+
+    result = bench_cycle(
+        args.nodes, args.gpus_per_node, args.pending, args.gang_size, args.queues,
+        repeat=args.repeat, actions=_actions(args.actions),
+    )
+    return _print(result, args.json)
+
+
+def _run_eviction(args: argparse.Namespace) -> int:
+    from kai_ray.bench.run import bench_eviction
+
+    result = bench_eviction(
+        args.mode, args.nodes, args.gpus_per_node, args.gang_gpus,
+        repeat=args.repeat, actions=_actions(args.actions),
+    )
+    return _print(result, args.json)
+
+
+def _run_ray(args: argparse.Namespace) -> int:
+    from kai_ray.ray.bench import bench_ray  # needs Ray; imported only here
+
+    return _print(bench_ray(json_out=args.json), args.json)

@@ -18,7 +18,7 @@ ShapeKey = tuple[object, ...]
 
 def allocate(ctx: CycleContext) -> None:
     waiting = [j for j in ctx.state.jobs if j.pending()]
-    order = JobQueues(ctx.state, ctx.rank, waiting)
+    order = JobQueues(ctx.state, ctx.rank, waiting, ctx.forget)
     # A gang that did not fit fails the same way for every job of the same shape: capacity
     # only shrinks during allocate, so remember the failure and skip the search.
     failed: dict[ShapeKey, str] = {}

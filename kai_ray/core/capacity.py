@@ -27,10 +27,12 @@ def describe_amount(amount: FloatArray) -> str:
 def capacity_problem(state: ClusterState, shares: FairShares, job: Job, amount: FloatArray) -> str:
     """Why adding `amount` for `job` is not allowed, or "" when it is."""
     tree, usage = state.tree, state.usage
+    if job.info.preemptible and not tree.limited[job.queue]:
+        return ""
     for q in tree.ancestors[job.queue]:
         for r in range(3):
             limit = tree.limit[q, r]
-            held = usage.allocated[q, r]
+            held = usage.allocated[q][r]
             if limit >= 0 and amount[r] > EPS and held + amount[r] > limit + EPS:
                 return (
                     f"queue {tree.names[q]} is at its limit of {format_resource(r, limit)} "
@@ -41,7 +43,7 @@ def capacity_problem(state: ClusterState, shares: FairShares, job: Job, amount: 
             continue
         for r in range(3):
             deserved = shares.deserved[q, r]
-            held = usage.allocated_nonpreemptible[q, r]
+            held = usage.allocated_nonpreemptible[q][r]
             if amount[r] > EPS and held + amount[r] > deserved + EPS:
                 return (
                     f"non-preemptible job: queue {tree.names[q]} would go over its deserved "

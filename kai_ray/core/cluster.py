@@ -10,7 +10,7 @@ counts as one used whole device at node level).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,6 +31,7 @@ __all__ = ["ClusterState", "Device", "Job", "Nodes", "QueueUsage", "Task", "buil
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 EPS = 1e-9
+_ACTIVE = frozenset({TaskStatus.BINDING, TaskStatus.PIPELINED, TaskStatus.RUNNING})
 
 
 @dataclass(slots=True)
@@ -63,6 +64,12 @@ class Nodes:
         # Best fractional room per node (shared devices only), kept in step with `devices`.
         self.frac_idle = np.zeros(n)
         self.frac_future = np.zeros(n)
+        # Indexes over idle capacity (see nodeindex.py) to keep in step on every change.
+        self.watchers: list[Callable[[int], None]] = []
+
+    def changed(self, node: int) -> None:
+        for watch in self.watchers:
+            watch(node)
 
     def __len__(self) -> int:
         return len(self.names)
@@ -78,24 +85,34 @@ class Nodes:
 
 
 class QueueUsage:
-    """What each queue holds, summed up the tree (a queue's figures include its subtree)."""
+    """What each queue holds, summed up the tree (a queue's figures include its subtree).
+    Rows are plain float lists: they change once per placement, and numpy's per-call cost
+    on three numbers is larger than the arithmetic."""
 
     def __init__(self, tree: QueueTree) -> None:
         self.tree = tree
         q = len(tree)
-        self.allocated = np.zeros((q, 3))
-        self.allocated_nonpreemptible = np.zeros((q, 3))
+        self.allocated: list[list[float]] = [[0.0, 0.0, 0.0] for _ in range(q)]
+        self.allocated_nonpreemptible: list[list[float]] = [[0.0, 0.0, 0.0] for _ in range(q)]
         self.requested = np.zeros((q, 3))
 
     def add(self, queue: int, amount: FloatArray, nonpreemptible: bool, sign: float = 1.0) -> None:
+        g, c, m = amount.tolist()
+        if sign < 0:
+            g, c, m = -g, -c, -m
         for a in self.tree.ancestors[queue]:
-            self.allocated[a] += sign * amount
+            row = self.allocated[a]
+            row[0] += g
+            row[1] += c
+            row[2] += m
             if nonpreemptible:
-                self.allocated_nonpreemptible[a] += sign * amount
+                row = self.allocated_nonpreemptible[a]
+                row[0] += g
+                row[1] += c
+                row[2] += m
 
-    def add_request(self, queue: int, amount: FloatArray) -> None:
-        for a in self.tree.ancestors[queue]:
-            self.requested[a] += amount
+    def allocated_row(self, queue: int) -> FloatArray:
+        return np.array(self.allocated[queue])
 
 
 @dataclass(slots=True, eq=False)
@@ -113,6 +130,7 @@ class Task:
     evicted_from: tuple[int, int] | None = None
     evict_reason: tuple[str, str] | None = None  # (action, reason)
     placed_by: str = ""  # the action that placed it this cycle
+    amount: FloatArray | None = None  # queue amount, when it does not depend on the node
 
     @property
     def request(self) -> Request:
@@ -138,7 +156,7 @@ class Job:
         return self.info.gang_size
 
     def active(self) -> int:
-        return sum(1 for t in self.tasks if t.status.is_active)
+        return sum(1 for t in self.tasks if t.status in _ACTIVE)
 
     def pending(self) -> list[Task]:
         return [t for t in self.tasks if t.status is TaskStatus.PENDING]
@@ -158,14 +176,13 @@ class ClusterState:
     min_device_memory: float  # to size gpu-memory requests before they are placed
 
     def queue_amount(self, task: Task, node: int = -1) -> FloatArray:
-        """What the task counts against its queue: [gpu (fractions as such), cpu, memory]."""
+        """What the task counts against its queue: [gpu (fractions as such), cpu, memory].
+        Fixed per request, except a gpu-memory slice, whose share depends on the device."""
+        if task.amount is not None:
+            return task.amount
         req = task.info.request
-        if req.gpu_memory > 0:
-            mem = self.nodes.device_memory[node] if node >= 0 else self.min_device_memory
-            gpu = req.gpu_fraction(float(mem))
-        else:
-            gpu = req.gpu
-        return np.array([gpu, req.cpu, req.memory])
+        mem = self.nodes.device_memory[node] if node >= 0 else self.min_device_memory
+        return np.array([req.gpu_fraction(float(mem)), req.cpu, req.memory])
 
 
 def build_state(snapshot: ClusterSnapshot, tree: QueueTree) -> ClusterState:
@@ -184,30 +201,102 @@ def build_state(snapshot: ClusterSnapshot, tree: QueueTree) -> ClusterState:
         invalid={},
         min_device_memory=min(gpu_mem) if gpu_mem else 0.0,
     )
-    demand_cache: dict[Request, FloatArray] = {}
-    for order, info in enumerate(snapshot.jobs):
-        reason = _job_problem(info, tree)
-        if reason:
-            state.invalid[info.name] = reason
-            continue
-        job = Job(info=info, queue=tree.index[info.queue], order=order)
-        for i, t in enumerate(info.tasks):
-            demand = demand_cache.get(t.request)
-            if demand is None:
-                demand = demand_cache[t.request] = _demand(t.request, nodes.columns)
-            status = TaskStatus.RUNNING if t.status is TaskStatus.BINDING else t.status
-            task = Task(t, job, i, demand, t.request.is_fractional, status, since=t.since)
-            job.tasks.append(task)
-            _account_input_task(state, task)
-        state.jobs.append(job)
-        state.job_index[job.name] = job
+    _Builder(state).add_jobs(snapshot.jobs)
     return state
 
 
-def _demand(req: Request, columns: Sequence[str]) -> FloatArray:
+class _Builder:
+    """Turns the snapshot's jobs into working state, charging nodes and queues in bulk
+    (per-task numpy calls would dominate a cycle at ten thousand nodes)."""
+
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        self.requests: dict[Request, tuple[FloatArray, FloatArray | None]] = {}
+        q, r = len(state.tree), len(state.nodes.columns)
+        self.leaf_allocated = np.zeros((q, 3))
+        self.leaf_nonpreemptible = np.zeros((q, 3))
+        self.leaf_requested = np.zeros((q, 3))
+        self.held_rows: list[int] = []
+        self.held_demand: list[FloatArray] = []
+        self.releasing_rows: list[int] = []
+        self.releasing_demand: list[FloatArray] = []
+        self.columns = r
+
+    def add_jobs(self, infos: Sequence[JobInfo]) -> None:
+        state, tree = self.state, self.state.tree
+        for order, info in enumerate(infos):
+            reason = _job_problem(info, tree)
+            if reason:
+                state.invalid[info.name] = reason
+                continue
+            job = Job(info=info, queue=tree.index[info.queue], order=order)
+            for i, t in enumerate(info.tasks):
+                job.tasks.append(self._task(job, i, t))
+            state.jobs.append(job)
+            state.job_index[job.name] = job
+        self._flush()
+
+    def _task(self, job: Job, index: int, info: TaskInfo) -> Task:
+        cached = self.requests.get(info.request)
+        if cached is None:
+            cached = self.requests[info.request] = _per_request(info.request, self.state.nodes.columns)
+        demand, amount = cached
+        status = TaskStatus.RUNNING if info.status is TaskStatus.BINDING else info.status
+        task = Task(info, job, index, demand, info.request.is_fractional, status, since=info.since, amount=amount)
+        if status is TaskStatus.PENDING:
+            self.leaf_requested[job.queue] += self.state.queue_amount(task)
+        elif status.holds_capacity and info.node is not None:
+            self._charge(task, info.node)
+        return task
+
+    def _charge(self, task: Task, node_name: str) -> None:
+        nodes = self.state.nodes
+        node = nodes.index.get(node_name)
+        if node is None:
+            return  # a node that left the cluster: its tasks hold nothing here
+        task.node = node
+        releasing = task.status is TaskStatus.RELEASING
+        self.held_rows.append(node)
+        self.held_demand.append(task.demand)
+        if releasing:
+            self.releasing_rows.append(node)
+            self.releasing_demand.append(task.demand)
+        if task.fraction_request:
+            fraction = task.fraction_on(nodes, node)
+            task.device = _charge_device(nodes, node, task.info.gpu_group, fraction, releasing)
+        if not releasing:
+            amount = self.state.queue_amount(task, node)
+            q = task.job.queue
+            self.leaf_allocated[q] += amount
+            self.leaf_requested[q] += amount
+            if not task.job.info.preemptible:
+                self.leaf_nonpreemptible[q] += amount
+
+    def _flush(self) -> None:
+        nodes, usage = self.state.nodes, self.state.usage
+        if self.held_rows:
+            np.subtract.at(nodes.idle, np.array(self.held_rows), np.array(self.held_demand))
+        if self.releasing_rows:
+            np.add.at(nodes.releasing, np.array(self.releasing_rows), np.array(self.releasing_demand))
+        usage.allocated = _subtree_sums(self.state.tree, self.leaf_allocated).tolist()
+        usage.allocated_nonpreemptible = _subtree_sums(self.state.tree, self.leaf_nonpreemptible).tolist()
+        usage.requested[:] = _subtree_sums(self.state.tree, self.leaf_requested)
+
+
+def _subtree_sums(tree: QueueTree, leaf: FloatArray) -> FloatArray:
+    total = leaf.copy()
+    for q in sorted(range(len(tree)), key=lambda q: -len(tree.ancestors[q])):
+        if tree.parent[q] >= 0:
+            total[tree.parent[q]] += total[q]
+    return total
+
+
+def _per_request(req: Request, columns: Sequence[str]) -> tuple[FloatArray, FloatArray | None]:
     whole = 0.0 if req.is_fractional else req.gpu
     ext = dict(req.extended)
-    return np.array([whole, req.cpu, req.memory, *(ext.get(c, 0.0) for c in columns[3:])])
+    demand = np.array([whole, req.cpu, req.memory, *(ext.get(c, 0.0) for c in columns[3:])])
+    amount = None if req.gpu_memory > 0 else np.array([req.gpu, req.cpu, req.memory])
+    return demand, amount
 
 
 def _job_problem(info: JobInfo, tree: QueueTree) -> str:
@@ -223,32 +312,6 @@ def _job_problem(info: JobInfo, tree: QueueTree) -> str:
             "submit to one of its leaf queues"
         )
     return ""
-
-
-def _account_input_task(state: ClusterState, task: Task) -> None:
-    """Charge a task as given in the snapshot to its node, device and queue."""
-    status, info = task.status, task.info
-    usage, job = state.usage, task.job
-    if status is TaskStatus.PENDING:
-        usage.add_request(job.queue, state.queue_amount(task))
-        return
-    if not status.holds_capacity or info.node is None:
-        return
-    node = state.nodes.index.get(info.node)
-    if node is None:
-        return  # a node that left the cluster: its tasks hold nothing here
-    task.node = node
-    nodes = state.nodes
-    releasing = status is TaskStatus.RELEASING
-    nodes.idle[node] -= task.demand
-    if releasing:
-        nodes.releasing[node] += task.demand
-    if task.fraction_request:
-        task.device = _charge_device(nodes, node, info.gpu_group, task.fraction_on(nodes, node), releasing)
-    amount = state.queue_amount(task, node)
-    if not releasing:
-        usage.add(job.queue, amount, not job.info.preemptible)
-        usage.add_request(job.queue, amount)
 
 
 def _charge_device(nodes: Nodes, node: int, group: int | None, fraction: float, releasing: bool) -> int:

@@ -9,7 +9,7 @@ import numpy as np
 from kai_ray.core.cluster import ClusterState, FloatArray, Job, Task
 from kai_ray.core.fairshare import FairShares
 from kai_ray.core.model import SchedulerConfig
-from kai_ray.core.ordering import QueueRank, queue_rank, tasks_to_allocate
+from kai_ray.core.ordering import QueueRank, ShareRows, queue_rank, tasks_to_allocate
 from kai_ray.core.placement import Placer
 from kai_ray.core.statement import Statement
 
@@ -26,13 +26,31 @@ class CycleContext:
     placer: Placer
     stmt: Statement
     reasons: dict[str, str] = field(default_factory=dict)  # job -> why it still waits
+    rows: ShareRows | None = None
+    # A job's next request, while it waits in a JobQueues (its tasks do not change there).
+    _next_amount: dict[int, list[float]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.rows = ShareRows.of(self.shares, self.total)
+
+    def forget(self, job: Job) -> None:
+        self._next_amount.pop(id(job), None)
 
     def amount(self, tasks: list[Task]) -> FloatArray:
-        """What these tasks count against their queue before they are placed."""
+        """What these tasks count against their queue (on their node, once placed)."""
+        if not tasks:
+            return np.zeros(3)
+        first = tasks[0].amount
+        if first is not None and all(t.amount is first for t in tasks):
+            return first * len(tasks)  # the common case: a gang of identical tasks
         total = np.zeros(3)
         for t in tasks:
-            total += self.state.queue_amount(t, t.node if t.node >= 0 else -1)
+            total += self.state.queue_amount(t, t.node)
         return total
 
     def rank(self, q: int, job: Job) -> QueueRank:
-        return queue_rank(self.state, self.shares, self.total, q, self.amount(tasks_to_allocate(job)))
+        assert self.rows is not None
+        amount = self._next_amount.get(id(job))
+        if amount is None:
+            amount = self._next_amount[id(job)] = self.amount(tasks_to_allocate(job)).tolist()
+        return queue_rank(self.state, self.rows, q, amount)

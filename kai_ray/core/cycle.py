@@ -133,7 +133,7 @@ def _queue_status(state: ClusterState, shares: FairShares) -> dict[str, QueueSta
         name: QueueStatus(
             deserved=triple(shares.deserved[q]),
             fair_share=triple(shares.fair_share[q]),
-            allocated=triple(state.usage.allocated[q]),
+            allocated=triple(state.usage.allocated_row(q)),
             requested=triple(state.usage.requested[q]),
         )
         for q, name in enumerate(state.tree.names)

@@ -23,7 +23,7 @@ __all__ = ["EVICTION_ACTIONS", "consolidate", "preempt", "reclaim", "stale_gang_
 def _waiting_gangs(ctx: CycleContext) -> JobQueues:
     """Jobs whose gang is still incomplete, in queue order."""
     jobs = [j for j in ctx.state.jobs if j.pending() and j.active() < j.gang]
-    return JobQueues(ctx.state, ctx.rank, jobs)
+    return JobQueues(ctx.state, ctx.rank, jobs, ctx.forget)
 
 
 def _missing(job: Job) -> list[Task]:
@@ -105,7 +105,7 @@ def _reclaim_for(ctx: CycleContext, job: Job) -> bool:
     amount = ctx.amount(gang)
     bound = shares.fair_share if job.info.preemptible else shares.deserved
     # My side is judged as it stood before this job's tasks were placed.
-    mine_before = {q: state.usage.allocated[q].copy() for q in tree.ancestors[job.queue]}
+    mine_before = {q: state.usage.allocated_row(q) for q in tree.ancestors[job.queue]}
     if not _within(mine_before, (job.queue,), amount, bound):
         ctx.reasons.setdefault(job.name, _over_share_reason(ctx, job, amount))
         return False
@@ -145,7 +145,7 @@ def _within(
 def _over_share_reason(ctx: CycleContext, job: Job, amount: np.ndarray) -> str:
     q = job.queue
     name = ctx.state.tree.names[q]
-    held = ctx.state.usage.allocated[q, 0]
+    held = ctx.state.usage.allocated[q][0]
     share = ctx.shares.fair_share[q, 0]
     return (
         f"no free room, and queue {name} cannot reclaim: it would go over its fair share "
@@ -159,7 +159,7 @@ def _may_take(
     """KAI's reclaim rules, on the two sides where the queues' ancestry diverges."""
     usage, shares = ctx.state.usage, ctx.shares
     held = victim > EPS
-    their_alloc = usage.allocated[theirs]
+    their_alloc = usage.allocated_row(theirs)
     # GuaranteeDeservedQuota: I stay within deserved and they are over theirs.
     if (my_after <= shares.deserved[mine] + EPS).all() and (
         (their_alloc > shares.deserved[theirs] + EPS) & held

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from kai_ray.core.cluster import EPS, ClusterState, FloatArray, Job, Task
@@ -19,6 +19,7 @@ from kai_ray.core.fairshare import FairShares
 __all__ = [
     "JobQueues",
     "QueueRank",
+    "ShareRows",
     "dominant_share",
     "job_order_key",
     "queue_rank",
@@ -39,7 +40,7 @@ def tasks_to_allocate(job: Job) -> list[Task]:
     return pending[:need] if need > 0 else pending[:1]
 
 
-def dominant_share(amount: FloatArray, allocatable: FloatArray, total: FloatArray) -> float:
+def dominant_share(amount: Sequence[float], allocatable: Sequence[float], total: Sequence[float]) -> float:
     """max over resources of amount / allocatable share (over the total where that is 0)."""
     share = 0.0
     for r in range(3):
@@ -50,12 +51,12 @@ def dominant_share(amount: FloatArray, allocatable: FloatArray, total: FloatArra
     return share
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)  # identity eq: heap tuples compare eq first
 class QueueRank:
     """Sortable rank of a queue for its next job (smaller goes first)."""
 
     key: tuple[bool, bool, int, bool, float, float]
-    allocatable: tuple[float, float, float]
+    allocatable: tuple[float, ...]
     created: int
 
     def __lt__(self, other: QueueRank) -> bool:
@@ -71,22 +72,50 @@ class QueueRank:
         return self.created < other.created
 
 
-def queue_rank(state: ClusterState, shares: FairShares, total: FloatArray, q: int, job_amount: FloatArray) -> QueueRank:
+@dataclass(frozen=True, slots=True)
+class ShareRows:
+    """Fair shares as plain floats: ranking runs once per job and tiny numpy calls cost
+    more than the arithmetic."""
+
+    deserved: list[list[float]]
+    fair_share: list[list[float]]
+    allocatable: list[list[float]]
+    total: list[float]
+
+    @staticmethod
+    def of(shares: FairShares, total: FloatArray) -> ShareRows:
+        return ShareRows(
+            shares.deserved.tolist(), shares.fair_share.tolist(), shares.allocatable.tolist(), total.tolist()
+        )
+
+
+def queue_rank(state: ClusterState, rows: ShareRows, q: int, job_amount: Sequence[float]) -> QueueRank:
     allocated = state.usage.allocated[q]
-    allocatable = shares.allocatable[q]
-    with_job = allocated + job_amount
-    over = bool((allocated > shares.fair_share[q] + EPS).all())
-    starved = bool((with_job <= shares.deserved[q] + EPS).all())
-    zero_share = bool(((allocatable <= EPS) & (with_job > EPS)).any())
-    key = (
-        over,
-        not starved,
-        -state.tree.priority[q],
-        zero_share,
-        dominant_share(with_job, allocatable, total),
-        dominant_share(allocated, allocatable, total),
+    allocatable, fair, deserved = rows.allocatable[q], rows.fair_share[q], rows.deserved[q]
+    a0, a1, a2 = allocated
+    with_job = [a0 + job_amount[0], a1 + job_amount[1], a2 + job_amount[2]]
+    over = a0 > fair[0] + EPS and a1 > fair[1] + EPS and a2 > fair[2] + EPS
+    starved = (
+        with_job[0] <= deserved[0] + EPS
+        and with_job[1] <= deserved[1] + EPS
+        and with_job[2] <= deserved[2] + EPS
     )
-    return QueueRank(key, (float(allocatable[0]), float(allocatable[1]), float(allocatable[2])), q)
+    zero_share = (
+        (allocatable[0] <= EPS and with_job[0] > EPS)
+        or (allocatable[1] <= EPS and with_job[1] > EPS)
+        or (allocatable[2] <= EPS and with_job[2] > EPS)
+    )
+    share_with = share_without = 0.0
+    for r in (0, 1, 2):
+        base = allocatable[r] if allocatable[r] > EPS else rows.total[r]
+        if base <= EPS:
+            base = 1e-300  # a resource nobody has: any use of it ranks last
+        if with_job[r] > EPS and with_job[r] / base > share_with:
+            share_with = with_job[r] / base
+        if allocated[r] > EPS and allocated[r] / base > share_without:
+            share_without = allocated[r] / base
+    key = (over, not starved, -state.tree.priority[q], zero_share, share_with, share_without)
+    return QueueRank(key, tuple(allocatable), q)
 
 
 class JobQueues:
@@ -102,9 +131,11 @@ class JobQueues:
         state: ClusterState,
         rank: Callable[[int, Job], QueueRank],
         jobs: Iterable[Job],
+        forget: Callable[[Job], None] | None = None,
     ) -> None:
         self.state = state
         self.rank = rank
+        self.forget = forget
         tree = state.tree
         self.waiting: dict[int, deque[Job]] = {}
         for job in sorted(jobs, key=job_order_key):
@@ -157,4 +188,7 @@ class JobQueues:
         return self.waiting[q].popleft()
 
     def done(self, job: Job) -> None:
+        """The job was tried (its tasks may have changed): rank its queue again."""
+        if self.forget is not None:
+            self.forget(job)
         self.refresh(job.queue)

@@ -10,6 +10,7 @@ import numpy.typing as npt
 
 from kai_ray.core.cluster import EPS, BoolArray, ClusterState, FloatArray, Job, Task
 from kai_ray.core.model import SchedulerConfig, TopologyConstraint
+from kai_ray.core.nodeindex import GpuBuckets
 from kai_ray.core.statement import Statement
 
 __all__ = ["HOSTNAME_LABEL", "Placer", "Spot"]
@@ -17,6 +18,7 @@ __all__ = ["HOSTNAME_LABEL", "Placer", "Spot"]
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 IntArray = npt.NDArray[np.int64]
 Spot = tuple[int, int, bool]  # node, device (-1 unless fractional), pipelined
+_NONE_FITS, _UNSURE, _MAX_SCAN = -1, -2, 64
 
 
 class Placer:
@@ -25,6 +27,16 @@ class Placer:
         self.config = config
         self._selector_masks: dict[tuple[tuple[str, str], ...], BoolArray] = {}
         self._domains: dict[str, tuple[IntArray, list[str]]] = {}
+        self._buckets: GpuBuckets | None = None
+        # Per demand vector (shared by tasks of one request): its non-GPU columns.
+        self._other_needs: dict[int, list[tuple[int, float]]] = {}
+
+    @property
+    def buckets(self) -> GpuBuckets:
+        if self._buckets is None:
+            self._buckets = GpuBuckets(self.state.nodes)
+            self.state.nodes.watchers.append(self._buckets.update)
+        return self._buckets
 
     # ------------------------------------------------------------ filters
 
@@ -107,12 +119,47 @@ class Placer:
         return int(np.argmin(np.where(candidates, score, np.inf)))
 
     def choose(self, task: Task, mask: BoolArray, allow_pipeline: bool) -> Spot | None:
+        if mask is self._selector_masks.get(()) and not task.fraction_request and task.demand[0] >= 1:
+            node = self._first_in_buckets(task)
+            if node >= 0:
+                return node, -1, False
+            if node == _NONE_FITS:
+                return self._pipelined(task, mask) if allow_pipeline else None
         now = self.fits(task, mask, future=False)
         if now.any():
             node = self.best_node(task, now)
             return self._on_node(task, node, cpu_now=True)
         if not allow_pipeline:
             return None
+        return self._pipelined(task, mask)
+
+    def _first_in_buckets(self, task: Task) -> int:
+        """The best node for a whole-GPU task from the GPU index: a node, or _NONE_FITS,
+        or _UNSURE when too many candidates failed on other resources (then scan)."""
+        idle = self.state.nodes.idle
+        demand = task.demand
+        others = self._other_needs.get(id(demand))
+        if others is None:
+            others = [(int(c), float(demand[c]) - EPS) for c in np.flatnonzero(demand) if c > 0]
+            self._other_needs[id(demand)] = others
+        spread = self.config.gpu_placement == "spread"
+        tried = 0
+        walk = self.buckets.candidates(float(demand[0]), spread)
+        try:
+            for node in walk:
+                for c, need in others:
+                    if idle[node, c] < need:
+                        break
+                else:
+                    return node
+                tried += 1
+                if tried >= _MAX_SCAN:
+                    return _UNSURE
+        finally:
+            walk.close()  # puts the passed entries back into their heaps
+        return _NONE_FITS
+
+    def _pipelined(self, task: Task, mask: BoolArray) -> Spot | None:
         later = self.fits(task, mask, future=True)
         if not later.any():
             return None

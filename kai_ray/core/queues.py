@@ -36,6 +36,7 @@ class QueueTree:
     weight: FloatArray  # [Q, 3] over-quota weight
     preempt_min_runtime: tuple[float, ...]  # resolved from the queue upward (default 0)
     reclaim_min_runtime: tuple[float | None, ...]  # as given; resolved per victim
+    limited: tuple[bool, ...]  # some queue on the path to the root has a limit
 
     def __len__(self) -> int:
         return len(self.names)
@@ -82,6 +83,7 @@ def build_queue_tree(queues: Sequence[QueueInfo]) -> QueueTree:
     ancestors = tuple(_ancestors(i, parent, queues) for i in range(len(queues)))
     _check_resources(queues)
     preempt_rt = tuple(_inherited_preempt_runtime(path, queues) for path in ancestors)
+    has_limit = [any(v != UNLIMITED for v in q.limit) for q in queues]
     return QueueTree(
         names=tuple(q.name for q in queues),
         index=index,
@@ -96,6 +98,7 @@ def build_queue_tree(queues: Sequence[QueueInfo]) -> QueueTree:
         weight=np.array([q.over_quota_weight for q in queues], dtype=np.float64).reshape(-1, 3),
         preempt_min_runtime=preempt_rt,
         reclaim_min_runtime=tuple(q.reclaim_min_runtime for q in queues),
+        limited=tuple(any(has_limit[a] for a in path) for path in ancestors),
     )
 
 

@@ -51,6 +51,7 @@ class Statement:
             from_releasing = None
             nodes.idle[node] -= d
         undo_device = self._take_device(task, node, device, pipelined) if task.fraction_request else None
+        nodes.changed(node)
         job = task.job
         amount = self.state.queue_amount(task, node)
         self.state.usage.add(job.queue, amount, not job.info.preemptible)
@@ -68,6 +69,7 @@ class Statement:
             else:
                 nodes.releasing[node] += from_releasing
                 nodes.idle[node] += d - from_releasing
+            nodes.changed(node)
 
         self._undo.append(undo)
 

@@ -1,0 +1,84 @@
+"""Benchmarks of the core: build a synthetic cluster, run cycles, report JSON figures."""
+
+from __future__ import annotations
+
+import resource
+import statistics
+import time
+from typing import Any
+
+from kai_ray.bench.synthetic import cycle_cluster, eviction_cluster
+from kai_ray.core import DEFAULT_ACTIONS, Bind, ClusterSnapshot, Evict, Pipeline, SchedulerConfig, run_cycle
+
+__all__ = ["bench_cycle", "bench_eviction", "peak_rss_mb"]
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _time_cycles(snapshot: ClusterSnapshot, config: SchedulerConfig, repeat: int) -> tuple[list[float], Any]:
+    timings: list[float] = []
+    result = None
+    for _ in range(repeat):
+        start = time.perf_counter()
+        result = run_cycle(snapshot, config, 0.0)
+        timings.append((time.perf_counter() - start) * 1000.0)
+    return timings, result
+
+
+def _summary(timings: list[float]) -> dict[str, float]:
+    return {
+        "cycle_ms_p50": round(statistics.median(timings), 2),
+        "cycle_ms_max": round(max(timings), 2),
+        "cycle_ms_min": round(min(timings), 2),
+    }
+
+
+def bench_cycle(
+    nodes: int, gpus_per_node: int, pending: int, gang_size: int, queues: int,
+    repeat: int = 5, actions: tuple[str, ...] = ("allocate",),
+) -> dict[str, Any]:
+    snapshot = cycle_cluster(nodes, gpus_per_node, pending, gang_size, queues)
+    config = SchedulerConfig(actions=actions)
+    timings, result = _time_cycles(snapshot, config, repeat)
+    placements = sum(1 for d in result.decisions if isinstance(d, Bind | Pipeline))
+    p50 = statistics.median(timings)
+    return {
+        "benchmark": "cycle",
+        "actions": list(actions),
+        "nodes": nodes,
+        "gpus_per_node": gpus_per_node,
+        "pending_tasks": sum(1 for j in snapshot.jobs for t in j.tasks if t.status.value == "Pending"),
+        "queues": len(snapshot.queues),
+        "jobs": len(snapshot.jobs),
+        "repeat": repeat,
+        **_summary(timings),
+        "placements": placements,
+        "placements_per_s": round(placements / (p50 / 1000.0)) if p50 > 0 else None,
+        "peak_rss_mb": round(peak_rss_mb(), 1),
+    }
+
+
+def bench_eviction(
+    mode: str, nodes: int, gpus_per_node: int, gang_gpus: int = 64, repeat: int = 5,
+    actions: tuple[str, ...] = DEFAULT_ACTIONS,
+) -> dict[str, Any]:
+    snapshot = eviction_cluster(nodes, gpus_per_node, mode, gang_gpus)
+    timings, result = _time_cycles(snapshot, SchedulerConfig(actions=actions), repeat)
+    evictions = [d for d in result.decisions if isinstance(d, Evict)]
+    placed = [d for d in result.decisions if isinstance(d, Bind | Pipeline) and d.job == "gang"]
+    return {
+        "benchmark": mode,
+        "actions": list(actions),
+        "nodes": nodes,
+        "gpus_per_node": gpus_per_node,
+        "running_jobs": len(snapshot.jobs) - 1,
+        "gang_gpus": gang_gpus,
+        "repeat": repeat,
+        **_summary(timings),
+        "gang_placed": len(placed) == len(snapshot.jobs[-1].tasks),
+        "evictions": len(evictions),
+        "eviction_actions": sorted({d.action for d in evictions}),
+        "peak_rss_mb": round(peak_rss_mb(), 1),
+    }

@@ -1,0 +1,123 @@
+"""Synthetic clusters for the benchmarks: deterministic (seeded) and sized by the caller."""
+
+from __future__ import annotations
+
+import random
+
+from kai_ray.core import (
+    UNLIMITED,
+    ClusterSnapshot,
+    JobInfo,
+    NodeInfo,
+    QueueInfo,
+    Request,
+    TaskInfo,
+    TaskStatus,
+)
+
+__all__ = ["cycle_cluster", "eviction_cluster"]
+
+GI = 1024.0**3
+ONE_GPU = Request(gpu=1, cpu=4, memory=16 * GI)
+
+
+def _nodes(count: int, gpus: int) -> list[NodeInfo]:
+    return [
+        NodeInfo(
+            f"node-{i}",
+            gpus=gpus,
+            cpu=16.0 * gpus,
+            memory=128 * GI * gpus,
+            labels={"rack": f"rack-{i // 32}", "zone": f"zone-{i // 1024}"},
+        )
+        for i in range(count)
+    ]
+
+
+def _queues(leaves: int, total_gpus: float, departments: int | None = None) -> list[QueueInfo]:
+    """Two levels: departments, each with its teams (leaf queues)."""
+    departments = departments or max(1, leaves // 10)
+    per_dept = -(-leaves // departments)
+    out: list[QueueInfo] = []
+    leaf_quota = 0.8 * total_gpus / max(leaves, 1)
+    for d in range(departments):
+        teams = min(per_dept, leaves - d * per_dept)
+        if teams <= 0:
+            break
+        out.append(QueueInfo(f"dept-{d}", quota=(leaf_quota * teams, UNLIMITED, UNLIMITED)))
+        out.extend(
+            QueueInfo(
+                f"team-{d}-{t}",
+                parent=f"dept-{d}",
+                quota=(leaf_quota, UNLIMITED, UNLIMITED),
+                over_quota_weight=(1.0 + t % 3, 1.0, 1.0),
+            )
+            for t in range(teams)
+        )
+    return out
+
+
+def _leaf_names(queues: list[QueueInfo]) -> list[str]:
+    parents = {q.parent for q in queues}
+    return [q.name for q in queues if q.name not in parents]
+
+
+def _job(name: str, queue: str, tasks: list[TaskInfo], created: float, **kw: object) -> JobInfo:
+    return JobInfo(name, queue, tasks, created_at=created, **kw)  # type: ignore[arg-type]
+
+
+def cycle_cluster(
+    nodes: int, gpus_per_node: int, pending: int, gang_size: int, queues: int, seed: int = 7
+) -> ClusterSnapshot:
+    """Half the pending tasks in single-task jobs, half in gangs; a third of the nodes
+    already half used by running single-GPU jobs."""
+    rng = random.Random(seed)
+    node_list = _nodes(nodes, gpus_per_node)
+    queue_list = _queues(queues, float(nodes * gpus_per_node))
+    leaves = _leaf_names(queue_list)
+    jobs: list[JobInfo] = []
+    for i in range(0, nodes, 3):
+        for k in range(gpus_per_node // 2):
+            task = TaskInfo(f"run-{i}-{k}-0", TaskStatus.RUNNING, ONE_GPU, f"node-{i}", since=-3600.0)
+            jobs.append(_job(f"run-{i}-{k}", rng.choice(leaves), [task], float(len(jobs))))
+    singles = pending // 2
+    for i in range(singles):
+        jobs.append(_job(f"single-{i}", rng.choice(leaves), [_pending(f"single-{i}", 0)], float(len(jobs))))
+    for g in range((pending - singles) // max(gang_size, 1)):
+        name = f"gang-{g}"
+        tasks = [_pending(name, k) for k in range(gang_size)]
+        jobs.append(_job(name, rng.choice(leaves), tasks, float(len(jobs))))
+    return ClusterSnapshot(node_list, queue_list, jobs)
+
+
+def _pending(job: str, index: int, request: Request = ONE_GPU) -> TaskInfo:
+    return TaskInfo(f"{job}-{index}", TaskStatus.PENDING, request)
+
+
+def eviction_cluster(
+    nodes: int, gpus_per_node: int, mode: str, gang_gpus: int = 64, seed: int = 11
+) -> ClusterSnapshot:
+    """A full cluster of running preemptible single-GPU jobs, and one pending gang of
+    `gang_gpus` (whole-node tasks) that can only start by evicting: from queues over their
+    fair share (mode "reclaim"), or lower-priority jobs of its own queue ("preempt")."""
+    rng = random.Random(seed)
+    node_list = _nodes(nodes, gpus_per_node)
+    total = float(nodes * gpus_per_node)
+    queue_list = _queues(8, total, departments=2)
+    leaves = _leaf_names(queue_list)
+    starved = leaves[-1]
+    busy = leaves[:-1] if mode == "reclaim" else [starved]
+    jobs: list[JobInfo] = []
+    for i in range(nodes):
+        for k in range(gpus_per_node):
+            name = f"run-{i}-{k}"
+            task = TaskInfo(f"{name}-0", TaskStatus.RUNNING, ONE_GPU, f"node-{i}", since=-3600.0)
+            jobs.append(_job(name, rng.choice(busy), [task], float(len(jobs)), priority=50))
+    per_task = gpus_per_node
+    big = Request(gpu=per_task, cpu=4, memory=16 * GI)
+    tasks = [_pending("gang", k, big) for k in range(max(1, gang_gpus // per_task))]
+    priority = 50 if mode == "reclaim" else 125
+    jobs.append(
+        _job("gang", starved, tasks, float(len(jobs)), priority=priority, preemptible=priority < 100)
+    )
+    return ClusterSnapshot(node_list, queue_list, jobs)
