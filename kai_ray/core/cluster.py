@@ -51,7 +51,7 @@ class Nodes:
         self.index = {name: i for i, name in enumerate(self.names)}
         self.columns = ("gpu", "cpu", "memory", *extended)
         n, r = len(infos), len(self.columns)
-        self.capacity = np.zeros((n, r))
+        self.capacity = np.zeros((n, r), dtype=np.float64)
         for i, node in enumerate(infos):
             ext = dict(node.extended)
             self.capacity[i] = [node.gpus, node.cpu, node.memory, *(ext.get(e, 0.0) for e in extended)]
@@ -182,7 +182,7 @@ class ClusterState:
             return task.amount
         req = task.info.request
         mem = self.nodes.device_memory[node] if node >= 0 else self.min_device_memory
-        return np.array([req.gpu_fraction(float(mem)), req.cpu, req.memory])
+        return np.array([req.gpu_fraction(float(mem)), req.cpu, req.memory], dtype=np.float64)
 
 
 def build_state(snapshot: ClusterSnapshot, tree: QueueTree) -> ClusterState:
@@ -294,8 +294,10 @@ def _subtree_sums(tree: QueueTree, leaf: FloatArray) -> FloatArray:
 def _per_request(req: Request, columns: Sequence[str]) -> tuple[FloatArray, FloatArray | None]:
     whole = 0.0 if req.is_fractional else req.gpu
     ext = dict(req.extended)
-    demand = np.array([whole, req.cpu, req.memory, *(ext.get(c, 0.0) for c in columns[3:])])
-    amount = None if req.gpu_memory > 0 else np.array([req.gpu, req.cpu, req.memory])
+    demand = np.array(
+        [whole, req.cpu, req.memory, *(ext.get(c, 0.0) for c in columns[3:])], dtype=np.float64
+    )
+    amount = None if req.gpu_memory > 0 else np.array([req.gpu, req.cpu, req.memory], dtype=np.float64)
     return demand, amount
 
 

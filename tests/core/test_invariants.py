@@ -1,0 +1,223 @@
+"""Invariants of a cycle on random clusters (hypothesis).
+
+The checker below is independent of the core's internals: it applies the decisions to
+the input snapshot and recounts everything from the tasks.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kai_ray.core import (
+    UNLIMITED,
+    Bind,
+    ClusterSnapshot,
+    Evict,
+    JobInfo,
+    NodeInfo,
+    Pipeline,
+    QueueInfo,
+    Request,
+    SchedulerConfig,
+    TaskInfo,
+    TaskStatus,
+    run_cycle,
+)
+
+GI = 1024.0**3
+EPS = 1e-6
+
+
+@st.composite
+def clusters(draw: st.DrawFn) -> ClusterSnapshot:
+    nodes = [
+        NodeInfo(f"n{i}", gpus=draw(st.integers(0, 4)), cpu=draw(st.sampled_from([4.0, 8.0, 16.0])),
+                 memory=64 * GI, labels={"rack": f"r{i % 2}"})
+        for i in range(draw(st.integers(1, 5)))
+    ]
+    queues = [QueueInfo("root", quota=(UNLIMITED, UNLIMITED, UNLIMITED))]
+    depts = draw(st.integers(1, 2))
+    leaves: list[str] = []
+    for d in range(depts):
+        dept_quota = float(draw(st.integers(0, 4)))
+        dept_limit = draw(st.sampled_from([UNLIMITED, dept_quota, dept_quota + 2]))
+        queues.append(QueueInfo(f"d{d}", "root", quota=(dept_quota, UNLIMITED, UNLIMITED),
+                                limit=(dept_limit, UNLIMITED, UNLIMITED)))
+        for t in range(draw(st.integers(1, 2))):
+            name = f"t{d}{t}"
+            leaves.append(name)
+            quota = float(draw(st.integers(0, 3)))
+            queues.append(QueueInfo(
+                name, f"d{d}", priority=draw(st.sampled_from([100, 100, 120])),
+                quota=(quota, UNLIMITED, UNLIMITED),
+                limit=(draw(st.sampled_from([UNLIMITED, quota, quota + 1])), UNLIMITED, UNLIMITED),
+                over_quota_weight=(float(draw(st.integers(0, 2))), 1.0, 1.0),
+            ))
+    jobs = [_job(draw, j, leaves, nodes) for j in range(draw(st.integers(1, 8)))]
+    return ClusterSnapshot(nodes, queues, [j for j in jobs if j is not None])
+
+
+def _job(draw: st.DrawFn, j: int, leaves: list[str], nodes: list[NodeInfo]) -> JobInfo | None:
+    gpu = draw(st.sampled_from([0.0, 0.5, 1.0, 1.0, 2.0]))
+    request = Request(gpu=gpu, cpu=float(draw(st.integers(1, 4))), memory=GI)
+    count = draw(st.integers(1, 4))
+    priority = draw(st.sampled_from([50, 75, 100, 125]))
+    min_member = draw(st.integers(1, count))
+    running = draw(st.booleans())
+    tasks = []
+    for k in range(count):
+        status, node = TaskStatus.PENDING, None
+        if running and k < min_member:
+            status, node = TaskStatus.RUNNING, draw(st.sampled_from(nodes)).name
+        tasks.append(TaskInfo(f"j{j}-{k}", status, request, node, 0 if (node and 0 < gpu < 1) else None,
+                              since=-float(draw(st.integers(0, 600)))))
+    return JobInfo(f"j{j}", draw(st.sampled_from(leaves)), tasks, priority=priority,
+                   preemptible=priority < 100, min_member=min_member, created_at=float(j))
+
+
+def _fits_input(snap: ClusterSnapshot) -> bool:
+    """Only inputs whose running tasks fit their nodes are meaningful."""
+    state = _holdings(snap, {})
+    return not _overcommitted(snap, state)
+
+
+@dataclass
+class Placed:
+    node: str
+    device: int | None
+    request: Request
+    kind: str  # running | releasing | bound | pipelined
+
+
+def _holdings(snap: ClusterSnapshot, decisions: dict[str, list[object]]) -> list[Placed]:
+    out: list[Placed] = []
+    for job in snap.jobs:
+        for t in job.tasks:
+            ds = decisions.get(t.name, [])
+            evicted = any(isinstance(d, Evict) for d in ds)
+            placed = [d for d in ds if isinstance(d, Bind | Pipeline)]
+            if t.status in (TaskStatus.RUNNING, TaskStatus.RELEASING) and t.node:
+                kind = "releasing" if evicted or t.status is TaskStatus.RELEASING else "running"
+                out.append(Placed(t.node, t.gpu_group, t.request, kind))
+            for d in placed:
+                assert isinstance(d, Bind | Pipeline)
+                out.append(Placed(d.node, d.gpu_group, t.request,
+                                  "bound" if isinstance(d, Bind) else "pipelined"))
+    return out
+
+
+def _overcommitted(snap: ClusterSnapshot, held: list[Placed]) -> str:
+    nodes = {n.name: n for n in snap.nodes}
+    # "now": what holds capacity at this instant; "later": once releasing tasks are gone.
+    for moment, kinds in (("now", {"running", "releasing", "bound"}), ("later", {"running", "bound", "pipelined"})):
+        cpu: dict[str, float] = defaultdict(float)
+        whole: dict[str, float] = defaultdict(float)
+        devices: dict[tuple[str, int], float] = defaultdict(float)
+        for p in held:
+            if p.kind not in kinds:
+                continue
+            cpu[p.node] += p.request.cpu
+            if p.request.is_fractional:
+                assert p.device is not None, "a fractional task must name its device"
+                devices[(p.node, p.device)] += p.request.gpu
+            else:
+                whole[p.node] += p.request.gpu
+        for name, node in nodes.items():
+            shared = sum(1 for (n, _) in devices if n == name)
+            if cpu[name] > node.cpu + EPS:
+                return f"{moment}: node {name} cpu {cpu[name]} > {node.cpu}"
+            if whole[name] + shared > node.gpus + EPS:
+                return f"{moment}: node {name} gpus {whole[name]} whole + {shared} shared > {node.gpus}"
+        for (name, dev), used in devices.items():
+            if used > 1 + EPS or dev >= nodes[name].gpus:
+                return f"{moment}: node {name} device {dev} holds {used}"
+    return ""
+
+
+def _by_task(decisions: list[object]) -> dict[str, list[object]]:
+    out: dict[str, list[object]] = defaultdict(list)
+    for d in decisions:
+        out[d.task].append(d)  # type: ignore[attr-defined]
+    return out
+
+
+def _queue_gpus(snap: ClusterSnapshot, held: list[Placed], by_task: dict[str, list[object]]) -> dict[str, float]:
+    parent = {q.name: q.parent for q in snap.queues}
+    totals: dict[str, float] = defaultdict(float)
+    for job in snap.jobs:
+        for t in job.tasks:
+            ds = by_task.get(t.name, [])
+            active_after = any(isinstance(d, Bind | Pipeline) for d in ds) or (
+                t.status is TaskStatus.RUNNING and not any(isinstance(d, Evict) for d in ds)
+            )
+            if active_after:
+                q: str | None = job.queue
+                while q is not None:
+                    totals[q] += t.request.gpu
+                    q = parent[q]
+    return totals
+
+
+SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
+
+
+@SETTINGS
+@given(clusters())
+def test_no_node_or_device_is_overcommitted(snap: ClusterSnapshot) -> None:
+    if not _fits_input(snap):
+        return
+    result = run_cycle(snap, SchedulerConfig(), 0.0)
+    held = _holdings(snap, _by_task(result.decisions))
+    assert _overcommitted(snap, held) == ""
+
+
+@SETTINGS
+@given(clusters())
+def test_gangs_start_whole_or_not_at_all(snap: ClusterSnapshot) -> None:
+    if not _fits_input(snap):
+        return
+    result = run_cycle(snap, SchedulerConfig(), 0.0)
+    by_task = _by_task(result.decisions)
+    for job in snap.jobs:
+        if any(t.status is not TaskStatus.PENDING for t in job.tasks):
+            continue  # only jobs that start from nothing
+        started = sum(1 for t in job.tasks if any(isinstance(d, Bind | Pipeline) for d in by_task.get(t.name, [])))
+        assert started == 0 or started >= job.gang_size, f"{job.name}: {started} of gang {job.gang_size}"
+
+
+@SETTINGS
+@given(clusters())
+def test_no_queue_goes_over_its_limit_at_any_level(snap: ClusterSnapshot) -> None:
+    if not _fits_input(snap):
+        return
+    before = _queue_gpus(snap, [], {})
+    result = run_cycle(snap, SchedulerConfig(), 0.0)
+    by_task = _by_task(result.decisions)
+    after = _queue_gpus(snap, _holdings(snap, by_task), by_task)
+    for q in snap.queues:
+        limit = q.limit[0]
+        if limit >= 0:
+            assert after[q.name] <= max(limit, before[q.name]) + EPS, q.name
+
+
+@SETTINGS
+@given(clusters())
+def test_same_input_same_decisions(snap: ClusterSnapshot) -> None:
+    first = run_cycle(snap, SchedulerConfig(), 0.0)
+    second = run_cycle(snap, SchedulerConfig(), 0.0)
+    assert first.decisions == second.decisions
+    assert first.pending_reasons == second.pending_reasons
+
+
+@SETTINGS
+@given(clusters())
+def test_every_waiting_job_has_a_reason(snap: ClusterSnapshot) -> None:
+    result = run_cycle(snap, SchedulerConfig(), 0.0)
+    placed = {d.job for d in result.decisions if isinstance(d, Bind | Pipeline)}
+    for job in snap.jobs:
+        if any(t.status is TaskStatus.PENDING for t in job.tasks) and job.name not in placed:
+            assert result.pending_reasons.get(job.name), job.name

@@ -1,0 +1,128 @@
+"""The statement: everything done after a checkpoint can be undone exactly."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+from kai_ray.core import SchedulerConfig
+from kai_ray.core.cluster import ClusterState, build_state
+from kai_ray.core.context import CycleContext
+from kai_ray.core.cycle import _cluster_total
+from kai_ray.core.fairshare import compute_fair_shares
+from kai_ray.core.model import TaskStatus
+from kai_ray.core.placement import Placer
+from kai_ray.core.queues import build_queue_tree
+from kai_ray.core.statement import Statement
+from kai_ray.core.victims import free_room_for, victim_units
+
+from .builders import ClusterBuilder
+
+
+def _context(builder: ClusterBuilder) -> CycleContext:
+    snap = builder.build()
+    tree = build_queue_tree(snap.queues)
+    state = build_state(snap, tree)
+    total = _cluster_total(state)
+    shares = compute_fair_shares(tree, total, state.usage.requested)
+    config = SchedulerConfig()
+    return CycleContext(state, shares, config, 0.0, total, Placer(state, config), Statement(state))
+
+
+def _fingerprint(state: ClusterState) -> object:
+    nodes = state.nodes
+    return (
+        nodes.idle.tolist(),
+        nodes.releasing.tolist(),
+        [{i: (d.idle, d.releasing) for i, d in devs.items()} for devs in nodes.devices],
+        copy.deepcopy(state.usage.allocated),
+        copy.deepcopy(state.usage.allocated_nonpreemptible),
+        [(t.status, t.node, t.device, t.evicted_from, t.evict_reason) for j in state.jobs for t in j.tasks],
+    )
+
+
+def _cluster() -> ClusterBuilder:
+    return (
+        ClusterBuilder()
+        .node("n0", gpus=4).node("n1", gpus=4)
+        .queue("q", gpu_quota=8)
+        .job("frac-a", "q", gpu=0.5).running("n0", group=0)
+        .job("frac-b", "q", gpu=0.5).running("n0", group=0)
+        .job("whole", "q", gpu=2).running("n1")
+        .job("old", "q", gpu=1).releasing("n1")
+        .job("gang", "q", gpu=2, priority="inference").pending(3)
+    )
+
+
+def test_rollback_restores_every_field_after_places_and_evictions() -> None:
+    ctx = _context(_cluster())
+    before = _fingerprint(ctx.state)
+    checkpoint = ctx.stmt.checkpoint()
+    jobs = ctx.state.job_index
+    ctx.stmt.evict(jobs["frac-a"].tasks[0], "preempt", "test")
+    ctx.stmt.evict(jobs["whole"].tasks[0], "preempt", "test")
+    gang = jobs["gang"].tasks
+    ctx.stmt.place(gang[0], 0, -1, False, "allocate")
+    ctx.stmt.place(gang[1], 1, -1, True, "allocate")
+    ctx.stmt.mark_pipelined(gang[0])
+    assert _fingerprint(ctx.state) != before
+    ctx.stmt.rollback(checkpoint)
+    assert _fingerprint(ctx.state) == before
+
+
+def test_a_failed_victim_search_leaves_no_trace() -> None:
+    # The gang needs 3 x 2 GPUs; even evicting every victim frees only 4 + 2 whole GPUs
+    # minus what stays, so the search must fail and roll everything back.
+    builder = (
+        ClusterBuilder()
+        .node("n0", gpus=2).node("n1", gpus=2)
+        .queue("q", gpu_quota=4)
+        .job("keep", "q", gpu=2, priority="build").running("n0")
+        .job("victim", "q", gpu=1).running("n1")
+        .job("gang", "q", gpu=2, priority="inference").pending(2)
+    )
+    ctx = _context(builder)
+    before = _fingerprint(ctx.state)
+    gang = ctx.state.job_index["gang"]
+    units = victim_units([j for j in ctx.state.jobs if j.info.preemptible])
+    ok = free_room_for(ctx, gang.tasks, units, lambda u: True, "preempt", lambda u: "test")
+    assert ok is False
+    assert _fingerprint(ctx.state) == before
+
+
+def test_a_successful_victim_search_evicts_only_what_is_needed() -> None:
+    builder = (
+        ClusterBuilder()
+        .node("n0", gpus=2)
+        .queue("q", gpu_quota=2)
+        .job("half-old", "q", gpu=0.5).running("n0", group=0)
+        .job("whole", "q", gpu=1).running("n0")
+        .job("half-new", "q", gpu=0.5).running("n0", group=0)
+        .job("build", "q", gpu=1, priority="build").pending()
+    )
+    ctx = _context(builder)
+    build = ctx.state.job_index["build"]
+    units = victim_units([j for j in ctx.state.jobs if j.info.preemptible])
+    assert free_room_for(ctx, build.tasks, units, lambda u: True, "preempt", lambda u: "r")
+    evicted = {j.name for j in ctx.state.jobs for t in j.tasks if t.status is TaskStatus.RELEASING}
+    assert evicted == {"whole"}
+    assert build.tasks[0].status is TaskStatus.PIPELINED
+
+
+@pytest.mark.parametrize("pipelined", [False, True], ids=["bound", "pipelined"])
+def test_fraction_opens_and_closes_a_device(pipelined: bool) -> None:
+    builder = ClusterBuilder().node("n0", gpus=1).queue("q", gpu_quota=1)
+    builder.job("f", "q", gpu=0.25).pending()
+    if pipelined:
+        builder.job("going", "q", gpu=1).releasing("n0")
+    ctx = _context(builder)
+    before = _fingerprint(ctx.state)
+    task = ctx.state.job_index["f"].tasks[0]
+    device, _ = ctx.placer.choose_device(task, 0)
+    ctx.stmt.place(task, 0, device, pipelined, "allocate")
+    assert ctx.state.nodes.devices[0][device].idle + ctx.state.nodes.devices[0][device].releasing == pytest.approx(0.75)
+    ctx.stmt.rollback(0)
+    assert _fingerprint(ctx.state) == before
+    assert np.all(ctx.state.nodes.idle[:, 0] >= 0)
