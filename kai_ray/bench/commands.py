@@ -28,7 +28,7 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     cycle.add_argument("--repeat", type=int, default=5)
     cycle.add_argument("--actions", default="allocate", help="comma list, or 'all'")
     cycle.add_argument("--json", action="store_true")
-    cycle.set_defaults(handler=_run_cycle)
+    cycle.set_defaults(func=_run_cycle)
 
     for mode in ("reclaim", "preempt"):
         p = kinds.add_parser(mode, help=f"the cycle that {mode}s for a 64-GPU gang")
@@ -38,11 +38,11 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
         p.add_argument("--repeat", type=int, default=5)
         p.add_argument("--actions", default="all", help="comma list, or 'all'")
         p.add_argument("--json", action="store_true")
-        p.set_defaults(handler=_run_eviction, mode=mode)
+        p.set_defaults(func=_run_eviction, mode=mode)
 
     ray_bench = kinds.add_parser("ray", help="admission latency through a real local Ray cluster")
     ray_bench.add_argument("--json", action="store_true")
-    ray_bench.set_defaults(handler=_run_ray)
+    ray_bench.set_defaults(func=_run_ray)
 
 
 def _print(result: dict[str, Any], as_json: bool) -> int:
@@ -59,8 +59,13 @@ def _run_cycle(args: argparse.Namespace) -> int:
     from kai_ray.bench.run import bench_cycle
 
     result = bench_cycle(
-        args.nodes, args.gpus_per_node, args.pending, args.gang_size, args.queues,
-        repeat=args.repeat, actions=_actions(args.actions),
+        args.nodes,
+        args.gpus_per_node,
+        args.pending,
+        args.gang_size,
+        args.queues,
+        repeat=args.repeat,
+        actions=_actions(args.actions),
     )
     return _print(result, args.json)
 
@@ -69,8 +74,12 @@ def _run_eviction(args: argparse.Namespace) -> int:
     from kai_ray.bench.run import bench_eviction
 
     result = bench_eviction(
-        args.mode, args.nodes, args.gpus_per_node, args.gang_gpus,
-        repeat=args.repeat, actions=_actions(args.actions),
+        args.mode,
+        args.nodes,
+        args.gpus_per_node,
+        args.gang_gpus,
+        repeat=args.repeat,
+        actions=_actions(args.actions),
     )
     return _print(result, args.json)
 

@@ -36,8 +36,13 @@ def _summary(timings: list[float]) -> dict[str, float]:
 
 
 def bench_cycle(
-    nodes: int, gpus_per_node: int, pending: int, gang_size: int, queues: int,
-    repeat: int = 5, actions: tuple[str, ...] = ("allocate",),
+    nodes: int,
+    gpus_per_node: int,
+    pending: int,
+    gang_size: int,
+    queues: int,
+    repeat: int = 5,
+    actions: tuple[str, ...] = ("allocate",),
 ) -> dict[str, Any]:
     snapshot = cycle_cluster(nodes, gpus_per_node, pending, gang_size, queues)
     config = SchedulerConfig(actions=actions)
@@ -61,7 +66,11 @@ def bench_cycle(
 
 
 def bench_eviction(
-    mode: str, nodes: int, gpus_per_node: int, gang_gpus: int = 64, repeat: int = 5,
+    mode: str,
+    nodes: int,
+    gpus_per_node: int,
+    gang_gpus: int = 64,
+    repeat: int = 5,
     actions: tuple[str, ...] = DEFAULT_ACTIONS,
 ) -> dict[str, Any]:
     snapshot = eviction_cluster(nodes, gpus_per_node, mode, gang_gpus)

@@ -117,7 +117,5 @@ def eviction_cluster(
     big = Request(gpu=per_task, cpu=4, memory=16 * GI)
     tasks = [_pending("gang", k, big) for k in range(max(1, gang_gpus // per_task))]
     priority = 50 if mode == "reclaim" else 125
-    jobs.append(
-        _job("gang", starved, tasks, float(len(jobs)), priority=priority, preemptible=priority < 100)
-    )
+    jobs.append(_job("gang", starved, tasks, float(len(jobs)), priority=priority, preemptible=priority < 100))
     return ClusterSnapshot(node_list, queue_list, jobs)

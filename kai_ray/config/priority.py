@@ -1,0 +1,126 @@
+"""Priority classes: a name -> (value, preemptible), and resolving a job's priority."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+
+from kai_ray.config.base import StrictModel, read_yaml
+from kai_ray.config.errors import from_validation_error
+
+__all__ = [
+    "DEFAULT_PRIORITY_CLASSES",
+    "NON_PREEMPTIBLE_FROM",
+    "PriorityClassSpec",
+    "PriorityClasses",
+    "ResolvedPriority",
+    "UnknownPriorityClassError",
+    "load_priority_classes",
+    "parse_priority_classes",
+]
+
+# KAI's rule when a class or job does not say: values below 100 are preemptible.
+NON_PREEMPTIBLE_FROM = 100
+
+
+class PriorityClassSpec(StrictModel):
+    value: int
+    preemptible: bool | None = None  # None: value < 100
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedPriority:
+    value: int
+    preemptible: bool
+
+
+DEFAULT_PRIORITY_CLASSES: Mapping[str, ResolvedPriority] = {
+    "train": ResolvedPriority(50, True),
+    "build-preemptible": ResolvedPriority(75, True),
+    "build": ResolvedPriority(100, False),
+    "inference": ResolvedPriority(125, False),
+}
+
+
+class UnknownPriorityClassError(ValueError):
+    """A class name that is not defined; the message lists the known ones."""
+
+
+class PriorityClasses:
+    """The four KAI defaults, with user classes added or overriding them by name."""
+
+    def __init__(self, overrides: Mapping[str, PriorityClassSpec] | None = None) -> None:
+        classes = dict(DEFAULT_PRIORITY_CLASSES)
+        for name, spec in (overrides or {}).items():
+            classes[name] = ResolvedPriority(spec.value, _preemptible(spec.value, spec.preemptible))
+        self._classes = classes
+
+    @property
+    def names(self) -> list[str]:
+        return sorted(self._classes)
+
+    def __getitem__(self, name: str) -> ResolvedPriority:
+        return self._classes[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._classes
+
+    def resolve(self, priority: str | int, preemptible: bool | None = None) -> ResolvedPriority:
+        """A class name or an integer -> value and preemptibility.
+
+        An explicit `preemptible` wins; otherwise the class says, or for an integer the
+        value does (below 100: preemptible).
+        """
+        if isinstance(priority, bool):
+            raise UnknownPriorityClassError(self._unknown(str(priority)))
+        if isinstance(priority, int):
+            return ResolvedPriority(priority, _preemptible(priority, preemptible))
+        if priority in self._classes:
+            cls = self._classes[priority]
+            return cls if preemptible is None else ResolvedPriority(cls.value, preemptible)
+        number = _as_int(priority)
+        if number is not None:
+            return ResolvedPriority(number, _preemptible(number, preemptible))
+        raise UnknownPriorityClassError(self._unknown(priority))
+
+    def _unknown(self, name: str) -> str:
+        close = difflib.get_close_matches(name, self.names, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        return (
+            f"priority class {name!r} does not exist; {hint}use one of "
+            f"{', '.join(self.names)} or an integer, or define it under priorityClasses"
+        )
+
+
+def _preemptible(value: int, preemptible: bool | None) -> bool:
+    return value < NON_PREEMPTIBLE_FROM if preemptible is None else preemptible
+
+
+def _as_int(text: str) -> int | None:
+    try:
+        return int(text.strip())
+    except ValueError:
+        return None
+
+
+_CLASSES = TypeAdapter(dict[str, PriorityClassSpec])
+
+
+def parse_priority_classes(data: Any, *, path: str | Path | None = None) -> PriorityClasses:
+    """A YAML map `name: {value, preemptible}` (None: the defaults only)."""
+    if data is None:
+        return PriorityClasses()
+    try:
+        specs = _CLASSES.validate_python(data)
+    except ValidationError as e:
+        raise from_validation_error(e, data, path=path, top="priorityClasses") from None
+    return PriorityClasses(specs)
+
+
+def load_priority_classes(path: str | Path) -> PriorityClasses:
+    return parse_priority_classes(read_yaml(path), path=path)

@@ -1,0 +1,123 @@
+"""Scheduler options as users write them -> the core's SchedulerConfig."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, field_validator
+
+from kai_ray.config.base import Duration, StrictModel, read_yaml
+from kai_ray.config.errors import ConfigError, from_validation_error
+from kai_ray.core.model import DEFAULT_ACTIONS, SchedulerConfig, Topology
+
+__all__ = [
+    "PlacementSpec",
+    "SchedulerOptions",
+    "SchedulerSettings",
+    "TopologySpec",
+    "check_actions",
+    "load_scheduler_config",
+    "parse_scheduler_config",
+    "to_scheduler_config",
+]
+
+Placement = Literal["binpack", "spread"]
+
+
+class PlacementSpec(StrictModel):
+    gpu: Placement = "binpack"  # node choice for tasks with GPUs
+    cpu: Placement = "binpack"  # the same for tasks without
+
+
+class SchedulerOptions(StrictModel):
+    """The `config` map of a scenario: tuning knobs, not the actions or topologies."""
+
+    placement: PlacementSpec = Field(default_factory=PlacementSpec)
+    gpu_device_order: Literal["pack", "spread"] = "pack"
+    k_value: float = Field(1.0, ge=0)
+    stale_gang_grace_period: Duration = 60.0  # negative: never evict
+    max_consolidation_preemptees: int = Field(16, ge=0)
+    full_hierarchy_fairness: bool = True
+
+
+class TopologySpec(StrictModel):
+    levels: list[str] = Field(min_length=1)  # node labels, outermost first
+
+    @field_validator("levels")
+    @classmethod
+    def _distinct(cls, levels: list[str]) -> list[str]:
+        seen = {level for level in levels if levels.count(level) > 1}
+        if seen:
+            raise ValueError(f"level {sorted(seen)[0]!r} is listed twice; list each label once")
+        return levels
+
+
+class SchedulerSettings(SchedulerOptions):
+    """A scheduler options file: the knobs plus the actions and the topologies."""
+
+    actions: list[str] = Field(default_factory=lambda: list(DEFAULT_ACTIONS))
+    topologies: dict[str, TopologySpec] = Field(default_factory=dict)
+
+    @field_validator("actions")
+    @classmethod
+    def _known_actions(cls, actions: list[str]) -> list[str]:
+        check_actions(actions)
+        return actions
+
+
+def check_actions(actions: Sequence[str]) -> None:
+    for action in actions:
+        if action not in DEFAULT_ACTIONS:
+            raise ValueError(
+                f"{action!r} is not an action; use some of {', '.join(DEFAULT_ACTIONS)} "
+                "(in the order they should run)"
+            )
+    twice = [a for a in DEFAULT_ACTIONS if actions.count(a) > 1]
+    if twice:
+        raise ValueError(f"action {twice[0]!r} is listed twice; list each action once")
+
+
+def to_scheduler_config(
+    options: SchedulerOptions,
+    actions: Sequence[str] | None = None,
+    topologies: Mapping[str, TopologySpec] | None = None,
+) -> SchedulerConfig:
+    """The core's config. A SchedulerSettings brings its own actions and topologies."""
+    if isinstance(options, SchedulerSettings):
+        actions = options.actions if actions is None else actions
+        topologies = options.topologies if topologies is None else topologies
+    return SchedulerConfig(
+        actions=tuple(DEFAULT_ACTIONS if actions is None else actions),
+        gpu_placement=options.placement.gpu,
+        cpu_placement=options.placement.cpu,
+        gpu_device_order=options.gpu_device_order,
+        k_value=options.k_value,
+        stale_gang_grace_period=options.stale_gang_grace_period,
+        max_consolidation_preemptees=options.max_consolidation_preemptees,
+        full_hierarchy_fairness=options.full_hierarchy_fairness,
+        topologies={
+            name: Topology(name=name, levels=tuple(spec.levels))
+            for name, spec in (topologies or {}).items()
+        },
+    )
+
+
+def parse_scheduler_config(data: Any, *, path: str | Path | None = None) -> SchedulerConfig:
+    """A YAML map of options (None or empty: every default)."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(
+            "the file must be a map of scheduler options (placement, kValue, ...)", path=path
+        )
+    try:
+        settings = SchedulerSettings.model_validate(data)
+    except ValidationError as e:
+        raise from_validation_error(e, data, path=path) from None
+    return to_scheduler_config(settings)
+
+
+def load_scheduler_config(path: str | Path) -> SchedulerConfig:
+    return parse_scheduler_config(read_yaml(path), path=path)

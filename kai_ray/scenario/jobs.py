@@ -1,0 +1,208 @@
+"""A scenario's job entries -> the core's JobInfo, with every reference checked."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from kai_ray.config.errors import ConfigError
+from kai_ray.config.priority import PriorityClasses, UnknownPriorityClassError
+from kai_ray.core.model import (
+    JobInfo,
+    NodeInfo,
+    QueueInfo,
+    Request,
+    TaskInfo,
+    TaskStatus,
+    Topology,
+    TopologyConstraint,
+)
+from kai_ray.scenario.schema import JobSpec, TaskCountSpec, TaskSpec, TopologyRefSpec
+from kai_ray.scenario.symbols import GpuSymbols
+
+__all__ = ["HOSTNAME_LABEL", "JobContext", "build_job", "listing"]
+
+# Topology constraints may always name the node itself as a level.
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+_HOLDS_NODE = ("Running", "Releasing")
+
+
+@dataclass(slots=True)
+class JobContext:
+    """What a job entry may refer to; `symbols` fills up as tasks name gpuGroups."""
+
+    nodes: Mapping[str, NodeInfo]
+    queues: Sequence[QueueInfo]
+    classes: PriorityClasses
+    topologies: Mapping[str, Topology]
+    symbols: GpuSymbols
+    now: float
+
+
+def listing(names: Sequence[str], most: int = 12) -> str:
+    """`a, b, c`, shortened for long lists; `none` for an empty one."""
+    if not names:
+        return "none"
+    shown = ", ".join(names[:most])
+    return shown + (f", ... ({len(names)} in all)" if len(names) > most else "")
+
+
+def build_job(spec: JobSpec, position: int, context: JobContext) -> JobInfo:
+    where = f"job {spec.name!r}"
+    _check_queue(spec.queue, context.queues, where)
+    try:
+        priority = context.classes.resolve(spec.priority, spec.preemptible)
+    except UnknownPriorityClassError as e:
+        raise ConfigError(str(e), field=f"{where}: priority") from None
+    if spec.gpu > 0 and spec.gpu_memory > 0:
+        raise ConfigError(_BOTH_GPU, field=where)
+    _check_gpu(spec.gpu, f"{where}: gpu")
+    field_of = _task_fields(spec.tasks, where)
+    tasks = [
+        _task(spec, task, i, field_of(i), context) for i, task in enumerate(_expand(spec.tasks))
+    ]
+    return JobInfo(
+        name=spec.name,
+        queue=spec.queue,
+        tasks=tasks,
+        priority=priority.value,
+        preemptible=priority.preemptible,
+        min_member=spec.min_member or 0,
+        created_at=float(position) if spec.created_at is None else spec.created_at,
+        topology=_topology(spec.topology, context.topologies, where),
+        node_selector=dict(spec.node_selector),
+        stale_since=None if spec.stale_since is None else context.now + spec.stale_since,
+    )
+
+
+_BOTH_GPU = "gives both gpu and gpuMemory; ask for devices (gpu) or device memory (gpuMemory)"
+
+
+def _check_queue(name: str, queues: Sequence[QueueInfo], where: str) -> None:
+    parents = {q.parent for q in queues if q.parent is not None}
+    leaves = [q.name for q in queues if q.name not in parents]
+    field = f"{where}: queue"
+    if name not in {q.name for q in queues}:
+        raise ConfigError(
+            f"queue {name!r} does not exist; use one of the leaf queues ({listing(leaves)})",
+            field=field,
+        )
+    if name in parents:
+        children = [q.name for q in queues if q.parent == name]
+        raise ConfigError(
+            f"queue {name!r} has child queues ({listing(children)}); only leaf queues hold "
+            "jobs: put the job in one of them",
+            field=field,
+        )
+
+
+def _expand(tasks: list[TaskSpec] | TaskCountSpec) -> list[TaskSpec]:
+    if isinstance(tasks, TaskCountSpec):
+        one = TaskSpec.model_validate(tasks.model_dump(by_alias=True, exclude={"count"}))
+        return [one] * tasks.count
+    return tasks
+
+
+def _task_fields(tasks: list[TaskSpec] | TaskCountSpec, where: str) -> Callable[[int], str]:
+    # The shorthand has one entry for all its tasks: name that entry, not an index.
+    if isinstance(tasks, TaskCountSpec):
+        return lambda _i: f"{where}: tasks"
+    return lambda i: f"{where}: tasks[{i}]"
+
+
+def _task(job: JobSpec, spec: TaskSpec, index: int, field: str, context: JobContext) -> TaskInfo:
+    _check_placement(spec, field, context.nodes)
+    gpu_group = None
+    if spec.gpu_group is not None and spec.node is not None:
+        gpu_group = _device(spec.node, spec.gpu_group, field, context)
+    return TaskInfo(
+        name=f"{job.name}-{index}",
+        status=TaskStatus(spec.state),
+        request=_request(job, spec, field),
+        node=spec.node,
+        gpu_group=gpu_group,
+        since=context.now + spec.since,
+    )
+
+
+def _check_placement(spec: TaskSpec, field: str, nodes: Mapping[str, NodeInfo]) -> None:
+    if spec.node is not None and spec.node not in nodes:
+        raise ConfigError(
+            f"node {spec.node!r} does not exist; use one of the nodes ({listing(list(nodes))})",
+            field=f"{field}.node",
+        )
+    if spec.state in _HOLDS_NODE and spec.node is None:
+        raise ConfigError(
+            f"a {spec.state} task needs node: (the node it holds capacity on); add it",
+            field=f"{field}.node",
+        )
+    if spec.state == "Pending" and spec.node is not None:
+        raise ConfigError(
+            "a Pending task is on no node; remove node: or give the task state Running",
+            field=f"{field}.node",
+        )
+    if spec.gpu_group is not None and spec.node is None:
+        raise ConfigError(
+            "a task on no node sits on no device; remove gpuGroup: or give the task a node",
+            field=f"{field}.gpuGroup",
+        )
+
+
+def _device(node: str, symbol: str, field: str, context: JobContext) -> int:
+    symbols, gpus = context.symbols, context.nodes[node].gpus
+    if symbols.index_of(node, symbol) is None and symbols.count(node) >= gpus:
+        named = listing(symbols.symbols(node))
+        raise ConfigError(
+            f"{symbol!r} would be a device of node {node!r}, which has {gpus} GPU(s), "
+            f"all named already ({named}); reuse one of those or give the node more gpus",
+            field=f"{field}.gpuGroup",
+        )
+    return symbols.assign(node, symbol)
+
+
+def _request(job: JobSpec, spec: TaskSpec, field: str) -> Request:
+    gpu, gpu_memory = job.gpu, job.gpu_memory
+    if spec.gpu is not None or spec.gpu_memory is not None:
+        # A task's own gpu or gpuMemory replaces the job's GPU request as a whole.
+        gpu, gpu_memory = spec.gpu or 0.0, spec.gpu_memory or 0.0
+        if gpu > 0 and gpu_memory > 0:
+            raise ConfigError(_BOTH_GPU, field=field)
+        _check_gpu(gpu, f"{field}.gpu")
+    return Request(
+        gpu=gpu,
+        gpu_memory=gpu_memory,
+        cpu=job.cpu if spec.cpu is None else spec.cpu,
+        memory=job.memory if spec.memory is None else spec.memory,
+    )
+
+
+def _check_gpu(gpu: float, field: str) -> None:
+    if gpu > 1 and not gpu.is_integer():
+        raise ConfigError(
+            f"{gpu:g} is neither whole devices nor a fraction of one; "
+            "ask for 1, 2, ... devices or a fraction below 1 (e.g. 0.5)",
+            field=field,
+        )
+
+
+def _topology(
+    ref: TopologyRefSpec | None, topologies: Mapping[str, Topology], where: str
+) -> TopologyConstraint | None:
+    if ref is None:
+        return None
+    topology = topologies.get(ref.name)
+    if topology is None:
+        raise ConfigError(
+            f"topology {ref.name!r} does not exist; define it under topologies: "
+            f"(defined: {listing(sorted(topologies))})",
+            field=f"{where}: topology.name",
+        )
+    levels = (*topology.levels, HOSTNAME_LABEL)
+    for key, level in (("required", ref.required), ("preferred", ref.preferred)):
+        if level is not None and level not in levels:
+            raise ConfigError(
+                f"{level!r} is not a level of topology {ref.name!r}; use one of "
+                f"{listing(list(levels))}",
+                field=f"{where}: topology.{key}",
+            )
+    return TopologyConstraint(topology=ref.name, required=ref.required, preferred=ref.preferred)

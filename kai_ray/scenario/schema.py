@@ -1,0 +1,175 @@
+"""The scenario file, key by key, as pydantic models (shared/spec/scenario-format.md, v1).
+
+These models check shapes, types and quantities; cross-references (a job's queue, a
+task's node, ...) are checked by the loader, which knows the whole file.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Discriminator, Field, Tag, field_validator
+
+from kai_ray.config.base import Duration, Labels, Quantity, StrictModel
+from kai_ray.config.priority import PriorityClassSpec
+from kai_ray.config.queues import QueueBody
+from kai_ray.config.scheduler import SchedulerOptions, TopologySpec, check_actions
+from kai_ray.core.model import DEFAULT_ACTIONS, NodeInfo
+
+__all__ = [
+    "ExpectedStatus",
+    "JobExpectSpec",
+    "JobSpec",
+    "NodeSpec",
+    "ScenarioFile",
+    "ScenarioQueueSpec",
+    "TaskCountSpec",
+    "TaskExpectSpec",
+    "TaskSpec",
+    "TaskState",
+    "TopologyRefSpec",
+]
+
+TaskState = Literal["Pending", "Running", "Releasing", "Succeeded", "Failed"]
+ExpectedStatus = Literal[
+    "Pending", "Binding", "Pipelined", "Running", "Releasing", "Succeeded", "Failed"
+]
+_NODE = NodeInfo(name="")  # the core's node defaults: cpu 1000, memory 10Ti, gpuMemory 80Gi
+
+
+def _symbol(value: object) -> object:
+    # `gpuGroup: 0` is read by YAML as an int; a symbol is text.
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+def _symbols(value: object) -> object:
+    return [_symbol(v) for v in value] if isinstance(value, list) else value
+
+
+Symbol = Annotated[str, BeforeValidator(_symbol)]
+
+
+def _priority(value: object) -> object:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValueError(
+            f"{value!r} is not a priority; write a class name (e.g. train) or an integer"
+        )
+    return value
+
+
+Priority = Annotated[int | str, BeforeValidator(_priority)]
+
+
+class NodeSpec(StrictModel):
+    gpus: int = Field(0, ge=0)
+    cpu: Quantity = Field(_NODE.cpu, ge=0)  # cores
+    memory: Quantity = Field(_NODE.memory, ge=0)  # bytes
+    gpu_memory: Quantity = Field(_NODE.gpu_memory, gt=0)  # bytes per device
+    labels: Labels = Field(default_factory=dict)
+    unschedulable: bool = False
+
+
+class ScenarioQueueSpec(QueueBody):
+    """A queue of a scenario: kai-ray units, and `parent` (not KAI's `parentQueue`)."""
+
+    name: str = Field(min_length=1)
+    parent: str | None = None
+
+
+class TopologyRefSpec(StrictModel):
+    name: str
+    required: str | None = None
+    preferred: str | None = None
+
+
+class TaskSpec(StrictModel):
+    state: TaskState = "Pending"
+    node: str | None = None
+    since: Duration = 0.0  # relative to `now`
+    gpu_group: Symbol | None = None
+    gpu: float | None = Field(None, ge=0)
+    gpu_memory: Quantity | None = Field(None, gt=0)
+    cpu: Quantity | None = Field(None, ge=0)
+    memory: Quantity | None = Field(None, ge=0)
+
+
+class TaskCountSpec(TaskSpec):
+    """`tasks: {count: 4, state: Pending}`: that many identical tasks."""
+
+    count: int = Field(ge=1)
+
+
+def _tasks_shape(value: Any) -> str:
+    return "task-count" if isinstance(value, dict) else "task-list"
+
+
+Tasks = Annotated[
+    Annotated[list[TaskSpec], Tag("task-list")] | Annotated[TaskCountSpec, Tag("task-count")],
+    Discriminator(_tasks_shape),
+]
+
+
+class JobSpec(StrictModel):
+    name: str = Field(min_length=1)
+    queue: str = "default"
+    priority: Priority = "train"
+    preemptible: bool | None = None
+    min_member: int | None = Field(None, ge=1)
+    created_at: Duration | None = None  # default: the job's position in the list
+    gpu: float = Field(0.0, ge=0)
+    gpu_memory: Quantity = Field(0.0, ge=0)
+    cpu: Quantity = Field(0.0, ge=0)
+    memory: Quantity = Field(0.0, ge=0)
+    topology: TopologyRefSpec | None = None
+    node_selector: Labels = Field(default_factory=dict)
+    stale_since: Duration | None = None  # relative to `now`
+    tasks: Tasks
+
+    @field_validator("tasks")
+    @classmethod
+    def _some_tasks(cls, tasks: list[TaskSpec] | TaskCountSpec) -> list[TaskSpec] | TaskCountSpec:
+        if isinstance(tasks, list) and not tasks:
+            raise ValueError("a job needs at least one task; list them or write {count: N}")
+        return tasks
+
+
+class TaskExpectSpec(StrictModel):
+    status: ExpectedStatus | None = None
+    node: str | None = None  # null: expect no node
+    gpu_groups: Annotated[list[str], BeforeValidator(_symbols)] | None = None
+
+
+class JobExpectSpec(TaskExpectSpec):
+    tasks: list[TaskExpectSpec] | None = None
+
+
+def _node_names(value: object) -> object:
+    # YAML reads a node named 1 as an int key; node names are text.
+    return {str(k): v for k, v in value.items()} if isinstance(value, dict) else value
+
+
+class ScenarioFile(StrictModel):
+    name: str | None = None
+    source: str | None = None
+    actions: list[str] = Field(default_factory=lambda: list(DEFAULT_ACTIONS))
+    rounds: int = Field(1, ge=1)
+    now: Duration = 0.0
+    config: SchedulerOptions = Field(default_factory=lambda: SchedulerOptions.model_validate({}))
+    nodes: Annotated[dict[str, NodeSpec], BeforeValidator(_node_names)]
+    queues: list[ScenarioQueueSpec] | None = None
+    priority_classes: dict[str, PriorityClassSpec] = Field(default_factory=dict)
+    topologies: dict[str, TopologySpec] = Field(default_factory=dict)
+    jobs: list[JobSpec]
+    expect: dict[str, JobExpectSpec] = Field(default_factory=dict)
+
+    @field_validator("config", "priority_classes", "topologies", "expect", mode="before")
+    @classmethod
+    def _empty_is_default(cls, value: object) -> object:
+        # `expect:` with nothing under it reads as null: the same as leaving it out.
+        return {} if value is None else value
+
+    @field_validator("actions")
+    @classmethod
+    def _known_actions(cls, actions: list[str]) -> list[str]:
+        check_actions(actions)
+        return actions

@@ -1,0 +1,90 @@
+"""Scheduler options -> the core's SchedulerConfig."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kai_ray.config import ConfigError, load_scheduler_config, parse_scheduler_config
+from kai_ray.core.model import DEFAULT_ACTIONS, SchedulerConfig, Topology
+
+
+def test_no_options_gives_every_default() -> None:
+    assert parse_scheduler_config(None) == SchedulerConfig()
+    assert parse_scheduler_config({}) == SchedulerConfig()
+
+
+def test_every_option_maps_to_the_core() -> None:
+    config = parse_scheduler_config(
+        {
+            "placement": {"gpu": "spread", "cpu": "spread"},
+            "gpuDeviceOrder": "spread",
+            "kValue": 0,
+            "staleGangGracePeriod": "2m",
+            "maxConsolidationPreemptees": 4,
+            "fullHierarchyFairness": False,
+            "actions": ["allocate", "reclaim"],
+            "topologies": {"dc": {"levels": ["zone", "rack"]}},
+        }
+    )
+    assert config == SchedulerConfig(
+        actions=("allocate", "reclaim"),
+        gpu_placement="spread",
+        cpu_placement="spread",
+        gpu_device_order="spread",
+        k_value=0.0,
+        stale_gang_grace_period=120.0,
+        max_consolidation_preemptees=4,
+        full_hierarchy_fairness=False,
+        topologies={"dc": Topology("dc", ("zone", "rack"))},
+    )
+
+
+def test_negative_grace_period_means_never() -> None:
+    assert parse_scheduler_config({"staleGangGracePeriod": -1}).stale_gang_grace_period == -1.0
+
+
+def test_default_actions_in_kai_order() -> None:
+    assert parse_scheduler_config({}).actions == DEFAULT_ACTIONS
+
+
+INVALID: list[tuple[str, dict[str, Any], list[str]]] = [
+    ("bad placement", {"placement": {"gpu": "pack"}}, ["placement.gpu", "'binpack' or 'spread'"]),
+    ("unknown key", {"kvalue": 1}, ["unknown key 'kvalue'", "did you mean 'kValue'"]),
+    ("negative kValue", {"kValue": -1}, ["kValue", "greater than or equal to 0"]),
+    ("bad duration", {"staleGangGracePeriod": "soon"}, ["staleGangGracePeriod", "not a duration"]),
+    ("unknown action", {"actions": ["allocate", "shuffle"]}, ["actions", "'shuffle' is not an"]),
+    ("action twice", {"actions": ["allocate", "allocate"]}, ["'allocate' is listed twice"]),
+    ("topology without levels", {"topologies": {"dc": {"levels": []}}}, ["topology 'dc'"]),
+    (
+        "topology level twice",
+        {"topologies": {"dc": {"levels": ["rack", "rack"]}}},
+        ["topology 'dc': levels", "'rack' is listed twice"],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("data", "fragments"), [c[1:] for c in INVALID], ids=[c[0] for c in INVALID]
+)
+def test_invalid_options(data: dict[str, Any], fragments: list[str]) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_scheduler_config(data, path="scheduler.yaml")
+    message = str(caught.value)
+    assert message.startswith("scheduler.yaml: ")
+    for fragment in fragments:
+        assert fragment in message
+
+
+def test_load_from_file(tmp_path: Path) -> None:
+    path = tmp_path / "scheduler.yaml"
+    path.write_text("placement: {gpu: spread}\nkValue: 2\n")
+    config = load_scheduler_config(path)
+    assert (config.gpu_placement, config.k_value) == ("spread", 2.0)
+
+
+def test_a_file_that_is_not_a_map() -> None:
+    with pytest.raises(ConfigError, match="must be a map of scheduler options"):
+        parse_scheduler_config(["allocate"])
