@@ -27,9 +27,7 @@ def allocate(ctx: CycleContext) -> None:
         order.done(job)
 
 
-def try_allocate(
-    ctx: CycleContext, job: Job, action: str, failed: dict[ShapeKey, str] | None = None
-) -> bool:
+def try_allocate(ctx: CycleContext, job: Job, action: str, failed: dict[ShapeKey, str] | None = None) -> bool:
     """Place the job's missing gang (all or nothing), then what surplus fits.
     True when the gang is whole after the call."""
     pending = job.pending()
@@ -46,7 +44,7 @@ def try_allocate(
         if not _place_gang(ctx, job, gang, action, failed):
             return False
         placed = gang
-    placed += _place_surplus(ctx, job, pending[max(missing, 0):], action)
+    placed += _place_surplus(ctx, job, pending[max(missing, 0) :], action)
     if any(t.status is TaskStatus.PIPELINED for t in placed):
         for t in placed:
             ctx.stmt.mark_pipelined(t)

@@ -242,7 +242,9 @@ class _Builder:
             cached = self.requests[info.request] = _per_request(info.request, self.state.nodes.columns)
         demand, amount = cached
         status = TaskStatus.RUNNING if info.status is TaskStatus.BINDING else info.status
-        task = Task(info, job, index, demand, info.request.is_fractional, status, since=info.since, amount=amount)
+        task = Task(
+            info, job, index, demand, info.request.is_fractional, status, since=info.since, amount=amount
+        )
         if status is TaskStatus.PENDING:
             self.leaf_requested[job.queue] += self.state.queue_amount(task)
         elif status.holds_capacity and info.node is not None:
@@ -294,9 +296,7 @@ def _subtree_sums(tree: QueueTree, leaf: FloatArray) -> FloatArray:
 def _per_request(req: Request, columns: Sequence[str]) -> tuple[FloatArray, FloatArray | None]:
     whole = 0.0 if req.is_fractional else req.gpu
     ext = dict(req.extended)
-    demand = np.array(
-        [whole, req.cpu, req.memory, *(ext.get(c, 0.0) for c in columns[3:])], dtype=np.float64
-    )
+    demand = np.array([whole, req.cpu, req.memory, *(ext.get(c, 0.0) for c in columns[3:])], dtype=np.float64)
     amount = None if req.gpu_memory > 0 else np.array([req.gpu, req.cpu, req.memory], dtype=np.float64)
     return demand, amount
 

@@ -15,7 +15,7 @@ from kai_ray.core.cluster import EPS, Job, Task
 from kai_ray.core.context import CycleContext
 from kai_ray.core.model import TaskStatus
 from kai_ray.core.ordering import JobQueues, dominant_share
-from kai_ray.core.victims import Unit, evict_unit, free_room_for, victim_units
+from kai_ray.core.victims import Allowed, Reason, Unit, evict_unit, free_room_for, victim_units
 
 __all__ = ["EVICTION_ACTIONS", "consolidate", "preempt", "reclaim", "stale_gang_eviction"]
 
@@ -39,7 +39,9 @@ def _protected(ctx: CycleContext, unit: Unit, min_runtime: float) -> bool:
     return not unit.surplus and ctx.now - _running_since(unit.job) < min_runtime
 
 
-def _search(ctx: CycleContext, job: Job, victims: list[Unit], allowed, action: str, reason) -> bool:  # type: ignore[no-untyped-def]
+def _search(
+    ctx: CycleContext, job: Job, victims: list[Unit], allowed: Allowed, action: str, reason: Reason
+) -> bool:
     gang = _missing(job)
     if len(gang) < job.gang - job.active() or not gang:
         return False
@@ -50,6 +52,14 @@ def _search(ctx: CycleContext, job: Job, victims: list[Unit], allowed, action: s
     if not job.pending():
         ctx.reasons.pop(job.name, None)
     return True
+
+
+def _unprotected(ctx: CycleContext, min_runtime: float) -> Allowed:
+    return lambda unit: not _protected(ctx, unit, min_runtime)
+
+
+def _always(reason: str) -> Reason:
+    return lambda unit: reason
 
 
 # ---------------------------------------------------------------- preempt
@@ -75,14 +85,7 @@ def preempt(ctx: CycleContext) -> None:
             f"no free room, and no lower-priority preemptible job in queue {tree.names[queue]} "
             "can make room for it",
         )
-        _search(
-            ctx,
-            job,
-            victims,
-            lambda u, m=min_runtime: not _protected(ctx, u, m),  # type: ignore[misc]
-            "preempt",
-            lambda u, r=reason: r,  # type: ignore[misc]
-        )
+        _search(ctx, job, victims, _unprotected(ctx, min_runtime), "preempt", _always(reason))
         order.done(job)
 
 
@@ -137,9 +140,7 @@ def _reclaim_for(ctx: CycleContext, job: Job) -> bool:
 def _within(
     allocated: dict[int, np.ndarray], levels: tuple[int, ...], amount: np.ndarray, bound: np.ndarray
 ) -> bool:
-    return not any(
-        ((allocated[q] + amount > bound[q] + EPS) & (amount > EPS)).any() for q in levels
-    )
+    return not any(((allocated[q] + amount > bound[q] + EPS) & (amount > EPS)).any() for q in levels)
 
 
 def _over_share_reason(ctx: CycleContext, job: Job, amount: np.ndarray) -> str:
@@ -153,9 +154,7 @@ def _over_share_reason(ctx: CycleContext, job: Job, amount: np.ndarray) -> str:
     )
 
 
-def _may_take(
-    ctx: CycleContext, mine: int, theirs: int, my_after: np.ndarray, victim: np.ndarray
-) -> bool:
+def _may_take(ctx: CycleContext, mine: int, theirs: int, my_after: np.ndarray, victim: np.ndarray) -> bool:
     """KAI's reclaim rules, on the two sides where the queues' ancestry diverges."""
     usage, shares = ctx.state.usage, ctx.shares
     held = victim > EPS
@@ -169,8 +168,9 @@ def _may_take(
     if not ((their_alloc > shares.allocatable[theirs] + EPS) & held).any():
         return False
     # ...and saturation: after taking, my ratio stays below theirs (no ping-pong).
-    mine_ratio = dominant_share(my_after, shares.allocatable[mine], ctx.total)
-    theirs_ratio = dominant_share(their_alloc, shares.allocatable[theirs], ctx.total)
+    total = ctx.total.tolist()
+    mine_ratio = dominant_share(my_after.tolist(), shares.allocatable[mine].tolist(), total)
+    theirs_ratio = dominant_share(their_alloc.tolist(), shares.allocatable[theirs].tolist(), total)
     return mine_ratio < theirs_ratio - EPS
 
 

@@ -164,9 +164,7 @@ def _over_quota_rounds(
         # share; renormalise so that the offers add up to what is being split.
         shift = np.where(active, np.maximum(0.0, w_norm + k * (w_norm - usage)), 0.0)
         shift_sum = level.spread(level.sum(shift))
-        offer = np.divide(
-            level.spread(remaining) * shift, shift_sum, out=np.zeros_like(w), where=shift > 0
-        )
+        offer = np.divide(level.spread(remaining) * shift, shift_sum, out=np.zeros_like(w), where=shift > 0)
         fits = active & (need <= offer)
         floored = np.floor(offer)
         # A queue that cannot be satisfied gets whole units only (cores, devices, bytes).

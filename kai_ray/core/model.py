@@ -71,9 +71,7 @@ class TaskStatus(enum.Enum):
         return self in _ACTIVE
 
 
-_HOLDING = frozenset(
-    {TaskStatus.BINDING, TaskStatus.PIPELINED, TaskStatus.RUNNING, TaskStatus.RELEASING}
-)
+_HOLDING = frozenset({TaskStatus.BINDING, TaskStatus.PIPELINED, TaskStatus.RUNNING, TaskStatus.RELEASING})
 _ACTIVE = frozenset({TaskStatus.BINDING, TaskStatus.PIPELINED, TaskStatus.RUNNING})
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterator
+from collections.abc import Generator
 
 import numpy as np
 
@@ -53,7 +53,7 @@ class GpuBuckets:
         low = max(0, math.ceil(gpus - EPS))
         return range(self.size - 1, low - 1, -1) if spread else range(low, self.size)
 
-    def candidates(self, gpus: float, spread: bool) -> Iterator[int]:
+    def candidates(self, gpus: float, spread: bool) -> Generator[int, None, None]:
         """Nodes with at least `gpus` idle whole GPUs, best first. Stop iterating as soon
         as one suits: the walk pops the entries it passes and puts live ones back."""
         for level in self.levels(gpus, spread):

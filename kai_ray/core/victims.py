@@ -20,7 +20,7 @@ from kai_ray.core.cluster import EPS, Job, Task
 from kai_ray.core.context import CycleContext
 from kai_ray.core.model import TaskStatus
 
-__all__ = ["MAX_NODES_TRIED", "Unit", "evict_unit", "free_room_for", "victim_units"]
+__all__ = ["MAX_NODES_TRIED", "Allowed", "Reason", "Unit", "evict_unit", "free_room_for", "victim_units"]
 
 MAX_NODES_TRIED = 64  # nodes tried per task before the search gives up
 

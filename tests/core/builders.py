@@ -1,10 +1,10 @@
 """Small fluent builders for core tests: a cluster in a few readable lines.
 
-    snap = (ClusterBuilder()
-            .node("n0", gpus=2)
-            .queue("q0", gpu_quota=1)
-            .job("train", "q0", gpu=1).running("n0").pending()
-            .build())
+snap = (ClusterBuilder()
+        .node("n0", gpus=2)
+        .queue("q0", gpu_quota=1)
+        .job("train", "q0", gpu=1).running("n0").pending()
+        .build())
 """
 
 from __future__ import annotations
@@ -41,8 +41,15 @@ class ClusterBuilder:
 
     # -- nodes and queues
 
-    def node(self, name: str, gpus: int = 0, cpu: float = 1000, memory: float = 1024 * GI,
-             gpu_memory: float = 80 * GI, **labels: str) -> ClusterBuilder:
+    def node(
+        self,
+        name: str,
+        gpus: int = 0,
+        cpu: float = 1000,
+        memory: float = 1024 * GI,
+        gpu_memory: float = 80 * GI,
+        **labels: str,
+    ) -> ClusterBuilder:
         self.nodes.append(NodeInfo(name, gpus, cpu, memory, gpu_memory, dict(labels)))
         return self
 
@@ -51,41 +58,72 @@ class ClusterBuilder:
             self.node(f"{prefix}{i}", gpus=gpus, **labels)
         return self
 
-    def queue(self, name: str, parent: str | None = None, gpu_quota: float = 0,
-              gpu_limit: float = UNLIMITED, weight: float = 1, priority: int = 100,
-              cpu_quota: float = UNLIMITED, memory_quota: float = UNLIMITED,
-              **extra: Any) -> ClusterBuilder:
-        self.queues.append(QueueInfo(
-            name, parent, priority,
-            quota=(gpu_quota, cpu_quota, memory_quota),
-            limit=(gpu_limit, UNLIMITED, UNLIMITED),
-            over_quota_weight=(weight, 1, 1),
-            **extra,
-        ))
+    def queue(
+        self,
+        name: str,
+        parent: str | None = None,
+        gpu_quota: float = 0,
+        gpu_limit: float = UNLIMITED,
+        weight: float = 1,
+        priority: int = 100,
+        cpu_quota: float = UNLIMITED,
+        memory_quota: float = UNLIMITED,
+        **extra: Any,
+    ) -> ClusterBuilder:
+        self.queues.append(
+            QueueInfo(
+                name,
+                parent,
+                priority,
+                quota=(gpu_quota, cpu_quota, memory_quota),
+                limit=(gpu_limit, UNLIMITED, UNLIMITED),
+                over_quota_weight=(weight, 1, 1),
+                **extra,
+            )
+        )
         return self
 
     # -- jobs
 
-    def job(self, name: str, queue: str, gpu: float = 1, cpu: float = 1, memory: float = GI,
-            gpu_memory: float = 0, priority: str | int = "train", min_member: int = 0,
-            created_at: float | None = None, preemptible: bool | None = None,
-            topology: TopologyConstraint | None = None,
-            node_selector: dict[str, str] | None = None) -> ClusterBuilder:
+    def job(
+        self,
+        name: str,
+        queue: str,
+        gpu: float = 1,
+        cpu: float = 1,
+        memory: float = GI,
+        gpu_memory: float = 0,
+        priority: str | int = "train",
+        min_member: int = 0,
+        created_at: float | None = None,
+        preemptible: bool | None = None,
+        topology: TopologyConstraint | None = None,
+        node_selector: dict[str, str] | None = None,
+    ) -> ClusterBuilder:
         value = PRIORITY[priority] if isinstance(priority, str) else priority
-        self._request = Request(gpu=0 if gpu_memory else gpu, gpu_memory=gpu_memory, cpu=cpu,
-                                memory=memory)
+        self._request = Request(gpu=0 if gpu_memory else gpu, gpu_memory=gpu_memory, cpu=cpu, memory=memory)
         self._job = JobInfo(
-            name, queue, [], priority=value,
+            name,
+            queue,
+            [],
+            priority=value,
             preemptible=value < 100 if preemptible is None else preemptible,
             min_member=min_member,
             created_at=float(len(self.jobs)) if created_at is None else created_at,
-            topology=topology, node_selector=node_selector or {},
+            topology=topology,
+            node_selector=node_selector or {},
         )
         self.jobs.append(self._job)
         return self
 
-    def _task(self, status: TaskStatus, node: str | None = None, group: int | None = None,
-              since: float = 0.0, count: int = 1) -> ClusterBuilder:
+    def _task(
+        self,
+        status: TaskStatus,
+        node: str | None = None,
+        group: int | None = None,
+        since: float = 0.0,
+        count: int = 1,
+    ) -> ClusterBuilder:
         assert self._job is not None, "call job() first"
         for _ in range(count):
             name = f"{self._job.name}-{len(self._job.tasks)}"
@@ -95,8 +133,9 @@ class ClusterBuilder:
     def pending(self, count: int = 1) -> ClusterBuilder:
         return self._task(TaskStatus.PENDING, count=count)
 
-    def running(self, node: str, group: int | None = None, since: float = -3600,
-                count: int = 1) -> ClusterBuilder:
+    def running(
+        self, node: str, group: int | None = None, since: float = -3600, count: int = 1
+    ) -> ClusterBuilder:
         return self._task(TaskStatus.RUNNING, node, group, since, count)
 
     def releasing(self, node: str, group: int | None = None) -> ClusterBuilder:

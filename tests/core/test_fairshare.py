@@ -71,9 +71,7 @@ def run(
     tree = tree_of(queues)
     req = subtree_requests(tree, [x.request for x in queues])
     usage = np.array([[x.usage] * 3 for x in queues]).reshape(-1, 3) if with_usage else None
-    shares = compute_fair_shares(
-        tree, np.full(3, float(total)), np.repeat(req[:, None], 3, 1), usage, k
-    )
+    shares = compute_fair_shares(tree, np.full(3, float(total)), np.repeat(req[:, None], 3, 1), usage, k)
     return tree, shares
 
 

@@ -35,8 +35,13 @@ EPS = 1e-6
 @st.composite
 def clusters(draw: st.DrawFn) -> ClusterSnapshot:
     nodes = [
-        NodeInfo(f"n{i}", gpus=draw(st.integers(0, 4)), cpu=draw(st.sampled_from([4.0, 8.0, 16.0])),
-                 memory=64 * GI, labels={"rack": f"r{i % 2}"})
+        NodeInfo(
+            f"n{i}",
+            gpus=draw(st.integers(0, 4)),
+            cpu=draw(st.sampled_from([4.0, 8.0, 16.0])),
+            memory=64 * GI,
+            labels={"rack": f"r{i % 2}"},
+        )
         for i in range(draw(st.integers(1, 5)))
     ]
     queues = [QueueInfo("root", quota=(UNLIMITED, UNLIMITED, UNLIMITED))]
@@ -45,18 +50,28 @@ def clusters(draw: st.DrawFn) -> ClusterSnapshot:
     for d in range(depts):
         dept_quota = float(draw(st.integers(0, 4)))
         dept_limit = draw(st.sampled_from([UNLIMITED, dept_quota, dept_quota + 2]))
-        queues.append(QueueInfo(f"d{d}", "root", quota=(dept_quota, UNLIMITED, UNLIMITED),
-                                limit=(dept_limit, UNLIMITED, UNLIMITED)))
+        queues.append(
+            QueueInfo(
+                f"d{d}",
+                "root",
+                quota=(dept_quota, UNLIMITED, UNLIMITED),
+                limit=(dept_limit, UNLIMITED, UNLIMITED),
+            )
+        )
         for t in range(draw(st.integers(1, 2))):
             name = f"t{d}{t}"
             leaves.append(name)
             quota = float(draw(st.integers(0, 3)))
-            queues.append(QueueInfo(
-                name, f"d{d}", priority=draw(st.sampled_from([100, 100, 120])),
-                quota=(quota, UNLIMITED, UNLIMITED),
-                limit=(draw(st.sampled_from([UNLIMITED, quota, quota + 1])), UNLIMITED, UNLIMITED),
-                over_quota_weight=(float(draw(st.integers(0, 2))), 1.0, 1.0),
-            ))
+            queues.append(
+                QueueInfo(
+                    name,
+                    f"d{d}",
+                    priority=draw(st.sampled_from([100, 100, 120])),
+                    quota=(quota, UNLIMITED, UNLIMITED),
+                    limit=(draw(st.sampled_from([UNLIMITED, quota, quota + 1])), UNLIMITED, UNLIMITED),
+                    over_quota_weight=(float(draw(st.integers(0, 2))), 1.0, 1.0),
+                )
+            )
     jobs = [_job(draw, j, leaves, nodes) for j in range(draw(st.integers(1, 8)))]
     return ClusterSnapshot(nodes, queues, [j for j in jobs if j is not None])
 
@@ -73,10 +88,25 @@ def _job(draw: st.DrawFn, j: int, leaves: list[str], nodes: list[NodeInfo]) -> J
         status, node = TaskStatus.PENDING, None
         if running and k < min_member:
             status, node = TaskStatus.RUNNING, draw(st.sampled_from(nodes)).name
-        tasks.append(TaskInfo(f"j{j}-{k}", status, request, node, 0 if (node and 0 < gpu < 1) else None,
-                              since=-float(draw(st.integers(0, 600)))))
-    return JobInfo(f"j{j}", draw(st.sampled_from(leaves)), tasks, priority=priority,
-                   preemptible=priority < 100, min_member=min_member, created_at=float(j))
+        tasks.append(
+            TaskInfo(
+                f"j{j}-{k}",
+                status,
+                request,
+                node,
+                0 if (node and 0 < gpu < 1) else None,
+                since=-float(draw(st.integers(0, 600))),
+            )
+        )
+    return JobInfo(
+        f"j{j}",
+        draw(st.sampled_from(leaves)),
+        tasks,
+        priority=priority,
+        preemptible=priority < 100,
+        min_member=min_member,
+        created_at=float(j),
+    )
 
 
 def _fits_input(snap: ClusterSnapshot) -> bool:
@@ -105,15 +135,19 @@ def _holdings(snap: ClusterSnapshot, decisions: dict[str, list[object]]) -> list
                 out.append(Placed(t.node, t.gpu_group, t.request, kind))
             for d in placed:
                 assert isinstance(d, Bind | Pipeline)
-                out.append(Placed(d.node, d.gpu_group, t.request,
-                                  "bound" if isinstance(d, Bind) else "pipelined"))
+                out.append(
+                    Placed(d.node, d.gpu_group, t.request, "bound" if isinstance(d, Bind) else "pipelined")
+                )
     return out
 
 
 def _overcommitted(snap: ClusterSnapshot, held: list[Placed]) -> str:
     nodes = {n.name: n for n in snap.nodes}
     # "now": what holds capacity at this instant; "later": once releasing tasks are gone.
-    for moment, kinds in (("now", {"running", "releasing", "bound"}), ("later", {"running", "bound", "pipelined"})):
+    for moment, kinds in (
+        ("now", {"running", "releasing", "bound"}),
+        ("later", {"running", "bound", "pipelined"}),
+    ):
         cpu: dict[str, float] = defaultdict(float)
         whole: dict[str, float] = defaultdict(float)
         devices: dict[tuple[str, int], float] = defaultdict(float)
@@ -145,7 +179,9 @@ def _by_task(decisions: list[object]) -> dict[str, list[object]]:
     return out
 
 
-def _queue_gpus(snap: ClusterSnapshot, held: list[Placed], by_task: dict[str, list[object]]) -> dict[str, float]:
+def _queue_gpus(
+    snap: ClusterSnapshot, held: list[Placed], by_task: dict[str, list[object]]
+) -> dict[str, float]:
     parent = {q.name: q.parent for q in snap.queues}
     totals: dict[str, float] = defaultdict(float)
     for job in snap.jobs:
@@ -162,7 +198,9 @@ def _queue_gpus(snap: ClusterSnapshot, held: list[Placed], by_task: dict[str, li
     return totals
 
 
-SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow]
+)
 
 
 @SETTINGS
@@ -185,7 +223,9 @@ def test_gangs_start_whole_or_not_at_all(snap: ClusterSnapshot) -> None:
     for job in snap.jobs:
         if any(t.status is not TaskStatus.PENDING for t in job.tasks):
             continue  # only jobs that start from nothing
-        started = sum(1 for t in job.tasks if any(isinstance(d, Bind | Pipeline) for d in by_task.get(t.name, [])))
+        started = sum(
+            1 for t in job.tasks if any(isinstance(d, Bind | Pipeline) for d in by_task.get(t.name, []))
+        )
         assert started == 0 or started >= job.gang_size, f"{job.name}: {started} of gang {job.gang_size}"
 
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from kai_ray.core import QueueInfo, TopologyConstraint, UNLIMITED
+from kai_ray.core import UNLIMITED, QueueInfo, TopologyConstraint
 
 from .builders import ClusterBuilder, cycle, outcome
 
@@ -25,7 +25,8 @@ class Case:
 def _racks() -> ClusterBuilder:
     return (
         ClusterBuilder()
-        .node("a0", gpus=2, rack="ra").node("a1", gpus=2, rack="ra")
+        .node("a0", gpus=2, rack="ra")
+        .node("a1", gpus=2, rack="ra")
         .node("b0", gpus=4, rack="rb")
         .queue("q", gpu_quota=8)
     )
@@ -34,127 +35,247 @@ def _racks() -> ClusterBuilder:
 CASES = [
     Case(
         "binpack fills the fuller node first",
-        ClusterBuilder().node("n0", gpus=4).node("n1", gpus=4).queue("q", gpu_quota=8)
-        .job("old", "q").running("n1").job("new", "q").pending(),
-        ("allocate",), {"new": {"bind@n1"}},
+        ClusterBuilder()
+        .node("n0", gpus=4)
+        .node("n1", gpus=4)
+        .queue("q", gpu_quota=8)
+        .job("old", "q")
+        .running("n1")
+        .job("new", "q")
+        .pending(),
+        ("allocate",),
+        {"new": {"bind@n1"}},
     ),
     Case(
         "spread takes the emptier node",
-        ClusterBuilder().node("n0", gpus=4).node("n1", gpus=4).queue("q", gpu_quota=8)
-        .job("old", "q").running("n1").job("new", "q").pending(),
-        ("allocate",), {"new": {"bind@n0"}}, config={"gpu_placement": "spread"},
+        ClusterBuilder()
+        .node("n0", gpus=4)
+        .node("n1", gpus=4)
+        .queue("q", gpu_quota=8)
+        .job("old", "q")
+        .running("n1")
+        .job("new", "q")
+        .pending(),
+        ("allocate",),
+        {"new": {"bind@n0"}},
+        config={"gpu_placement": "spread"},
     ),
     Case(
         "a gang that fits only in part starts not at all",
-        ClusterBuilder().node("n0", gpus=2).node("n1", gpus=1).queue("q", gpu_quota=3)
-        .job("gang", "q", gpu=2).pending(2),
-        ("allocate",), {}, {"gang": "gang starts whole or not at all"},
+        ClusterBuilder()
+        .node("n0", gpus=2)
+        .node("n1", gpus=1)
+        .queue("q", gpu_quota=3)
+        .job("gang", "q", gpu=2)
+        .pending(2),
+        ("allocate",),
+        {},
+        {"gang": "gang starts whole or not at all"},
     ),
     Case(
         "a queue's limit at the parent level holds its child back",
-        ClusterBuilder().node("n0", gpus=8)
-        .queue("dept", gpu_quota=2, gpu_limit=2).queue("team", "dept", gpu_quota=2)
-        .job("one", "team", gpu=2).running("n0").job("two", "team", gpu=1).pending(),
-        ("allocate",), {}, {"two": "queue dept is at its limit of 2 GPU"},
+        ClusterBuilder()
+        .node("n0", gpus=8)
+        .queue("dept", gpu_quota=2, gpu_limit=2)
+        .queue("team", "dept", gpu_quota=2)
+        .job("one", "team", gpu=2)
+        .running("n0")
+        .job("two", "team", gpu=1)
+        .pending(),
+        ("allocate",),
+        {},
+        {"two": "queue dept is at its limit of 2 GPU"},
     ),
     Case(
         "a non-preemptible job stays within deserved; a preemptible one may go beyond",
-        ClusterBuilder().node("n0", gpus=4).queue("q", gpu_quota=1)
-        .job("build", "q", gpu=2, priority="build").pending()
-        .job("train", "q", gpu=2).pending(),
-        ("allocate",), {"train": {"bind@n0"}}, {"build": "non-preemptible job"},
+        ClusterBuilder()
+        .node("n0", gpus=4)
+        .queue("q", gpu_quota=1)
+        .job("build", "q", gpu=2, priority="build")
+        .pending()
+        .job("train", "q", gpu=2)
+        .pending(),
+        ("allocate",),
+        {"train": {"bind@n0"}},
+        {"build": "non-preemptible job"},
     ),
     Case(
         "a selector no node matches is named",
-        ClusterBuilder().node("n0", gpus=1, zone="a").queue("q", gpu_quota=1)
-        .job("j", "q", node_selector={"zone": "b"}).pending(),
-        ("allocate",), {}, {"j": "nodeSelector zone=b"},
+        ClusterBuilder()
+        .node("n0", gpus=1, zone="a")
+        .queue("q", gpu_quota=1)
+        .job("j", "q", node_selector={"zone": "b"})
+        .pending(),
+        ("allocate",),
+        {},
+        {"j": "nodeSelector zone=b"},
     ),
     Case(
         "a task larger than any node says so",
-        ClusterBuilder().node("n0", gpus=2).queue("q", gpu_quota=8)
-        .job("huge", "q", gpu=4).pending(),
-        ("allocate",), {}, {"huge": "no node is that large"},
+        ClusterBuilder().node("n0", gpus=2).queue("q", gpu_quota=8).job("huge", "q", gpu=4).pending(),
+        ("allocate",),
+        {},
+        {"huge": "no node is that large"},
     ),
     Case(
         "a required rack picks the rack with room",
-        _racks().job("busy", "q", gpu=1).running("a0")
-        .job("gang", "q", gpu=2, topology=TopologyConstraint("t", required="rack")).pending(2),
-        ("allocate",), {"gang": {"bind@b0"}}, config={"topologies": {}},
+        _racks()
+        .job("busy", "q", gpu=1)
+        .running("a0")
+        .job("gang", "q", gpu=2, topology=TopologyConstraint("t", required="rack"))
+        .pending(2),
+        ("allocate",),
+        {"gang": {"bind@b0"}},
+        config={"topologies": {}},
     ),
     Case(
         "a required rack too small for the gang names the largest rack",
-        _racks().job("busy", "q", gpu=1).running("a0")
-        .job("gang", "q", gpu=3, topology=TopologyConstraint("t", required="rack")).pending(2),
-        ("allocate",), {}, {"gang": "it needs 6 GPUs, the largest free rack (rb) has 4"},
+        _racks()
+        .job("busy", "q", gpu=1)
+        .running("a0")
+        .job("gang", "q", gpu=3, topology=TopologyConstraint("t", required="rack"))
+        .pending(2),
+        ("allocate",),
+        {},
+        {"gang": "it needs 6 GPUs, the largest free rack (rb) has 4"},
     ),
     Case(
         "preempt never crosses queues",
-        ClusterBuilder().node("n0", gpus=1).queue("a", gpu_quota=1).queue("b", gpu_quota=0)
-        .job("train", "b").running("n0").job("infer", "a", priority="inference").pending(),
-        ("preempt",), {}, {"infer": "no lower-priority preemptible job in queue a"},
+        ClusterBuilder()
+        .node("n0", gpus=1)
+        .queue("a", gpu_quota=1)
+        .queue("b", gpu_quota=0)
+        .job("train", "b")
+        .running("n0")
+        .job("infer", "a", priority="inference")
+        .pending(),
+        ("preempt",),
+        {},
+        {"infer": "no lower-priority preemptible job in queue a"},
     ),
     Case(
         "preempt takes a lower-priority job of the same queue",
-        ClusterBuilder().node("n0", gpus=1).queue("a", gpu_quota=1)
-        .job("train", "a").running("n0").job("infer", "a", priority="inference").pending(),
-        ("preempt",), {"train": {"evict@n0"}, "infer": {"pipeline@n0"}},
+        ClusterBuilder()
+        .node("n0", gpus=1)
+        .queue("a", gpu_quota=1)
+        .job("train", "a")
+        .running("n0")
+        .job("infer", "a", priority="inference")
+        .pending(),
+        ("preempt",),
+        {"train": {"evict@n0"}, "infer": {"pipeline@n0"}},
     ),
     Case(
         "preempt min runtime protects a young victim",
-        ClusterBuilder().node("n0", gpus=1)
+        ClusterBuilder()
+        .node("n0", gpus=1)
         .queue("a", gpu_quota=1, preempt_min_runtime=600.0)
-        .job("train", "a").running("n0", since=-60).job("infer", "a", priority="inference").pending(),
-        ("preempt",), {},
+        .job("train", "a")
+        .running("n0", since=-60)
+        .job("infer", "a", priority="inference")
+        .pending(),
+        ("preempt",),
+        {},
     ),
     Case(
         "preempt min runtime lets an old victim go",
-        ClusterBuilder().node("n0", gpus=1)
+        ClusterBuilder()
+        .node("n0", gpus=1)
         .queue("a", gpu_quota=1, preempt_min_runtime=600.0)
-        .job("train", "a").running("n0", since=-900).job("infer", "a", priority="inference").pending(),
-        ("preempt",), {"train": {"evict@n0"}, "infer": {"pipeline@n0"}},
+        .job("train", "a")
+        .running("n0", since=-900)
+        .job("infer", "a", priority="inference")
+        .pending(),
+        ("preempt",),
+        {"train": {"evict@n0"}, "infer": {"pipeline@n0"}},
     ),
     Case(
         "reclaim min runtime protects the victim of another queue",
-        ClusterBuilder().node("n0", gpus=2)
+        ClusterBuilder()
+        .node("n0", gpus=2)
         .queue("root", gpu_quota=2, cpu_quota=UNLIMITED)
-        .queue("a", "root", gpu_quota=1, reclaim_min_runtime=600.0).queue("b", "root", gpu_quota=1)
-        .job("a1", "a").running("n0", since=-60).job("a2", "a").running("n0", since=-60)
-        .job("b1", "b").pending(),
-        ("reclaim",), {},
+        .queue("a", "root", gpu_quota=1, reclaim_min_runtime=600.0)
+        .queue("b", "root", gpu_quota=1)
+        .job("a1", "a")
+        .running("n0", since=-60)
+        .job("a2", "a")
+        .running("n0", since=-60)
+        .job("b1", "b")
+        .pending(),
+        ("reclaim",),
+        {},
     ),
     Case(
         "reclaim takes from the queue over its fair share",
-        ClusterBuilder().node("n0", gpus=2)
-        .queue("root", gpu_quota=2).queue("a", "root", gpu_quota=1).queue("b", "root", gpu_quota=1)
-        .job("a1", "a").running("n0").job("a2", "a").running("n0").job("b1", "b").pending(),
-        ("reclaim",), {"a2": {"evict@n0"}, "b1": {"pipeline@n0"}},
+        ClusterBuilder()
+        .node("n0", gpus=2)
+        .queue("root", gpu_quota=2)
+        .queue("a", "root", gpu_quota=1)
+        .queue("b", "root", gpu_quota=1)
+        .job("a1", "a")
+        .running("n0")
+        .job("a2", "a")
+        .running("n0")
+        .job("b1", "b")
+        .pending(),
+        ("reclaim",),
+        {"a2": {"evict@n0"}, "b1": {"pipeline@n0"}},
     ),
     Case(
         "no reclaim from a queue at its fair share",
-        ClusterBuilder().node("n0", gpus=2)
-        .queue("root", gpu_quota=2).queue("a", "root", gpu_quota=1).queue("b", "root", gpu_quota=1)
-        .job("a1", "a").running("n0").job("b1", "b").running("n0").job("b2", "b").pending(),
-        ("reclaim",), {}, {"b2": "cannot reclaim"},
+        ClusterBuilder()
+        .node("n0", gpus=2)
+        .queue("root", gpu_quota=2)
+        .queue("a", "root", gpu_quota=1)
+        .queue("b", "root", gpu_quota=1)
+        .job("a1", "a")
+        .running("n0")
+        .job("b1", "b")
+        .running("n0")
+        .job("b2", "b")
+        .pending(),
+        ("reclaim",),
+        {},
+        {"b2": "cannot reclaim"},
     ),
     Case(
         "consolidation does not run under spread placement",
-        ClusterBuilder().node("n0", gpus=4).node("n1", gpus=4).queue("q", gpu_quota=8)
-        .job("r0", "q", gpu=2).running("n0").job("r1", "q", gpu=2).running("n1")
-        .job("big", "q", gpu=3).pending(),
-        ("consolidation",), {}, config={"gpu_placement": "spread"},
+        ClusterBuilder()
+        .node("n0", gpus=4)
+        .node("n1", gpus=4)
+        .queue("q", gpu_quota=8)
+        .job("r0", "q", gpu=2)
+        .running("n0")
+        .job("r1", "q", gpu=2)
+        .running("n1")
+        .job("big", "q", gpu=3)
+        .pending(),
+        ("consolidation",),
+        {},
+        config={"gpu_placement": "spread"},
     ),
     Case(
         "stale gang within its grace period is left alone",
-        ClusterBuilder().node("n0", gpus=2).queue("q", gpu_quota=2)
-        .job("g", "q").running("n0", since=-300).failed(since=-30),
-        ("stalegangeviction",), {},
+        ClusterBuilder()
+        .node("n0", gpus=2)
+        .queue("q", gpu_quota=2)
+        .job("g", "q")
+        .running("n0", since=-300)
+        .failed(since=-30),
+        ("stalegangeviction",),
+        {},
     ),
     Case(
         "a negative grace period never evicts",
-        ClusterBuilder().node("n0", gpus=2).queue("q", gpu_quota=2)
-        .job("g", "q").running("n0", since=-300).failed(since=-3000),
-        ("stalegangeviction",), {}, config={"stale_gang_grace_period": -1.0},
+        ClusterBuilder()
+        .node("n0", gpus=2)
+        .queue("q", gpu_quota=2)
+        .job("g", "q")
+        .running("n0", since=-300)
+        .failed(since=-3000),
+        ("stalegangeviction",),
+        {},
+        config={"stale_gang_grace_period": -1.0},
     ),
 ]
 
@@ -169,8 +290,14 @@ def test_rule(case: Case) -> None:
 
 def test_unknown_queue_is_reported_and_nothing_else_is_disturbed() -> None:
     snap = (
-        ClusterBuilder().node("n0", gpus=2).queue("q", gpu_quota=2)
-        .job("ok", "q").pending().job("lost", "nowhere").pending().build()
+        ClusterBuilder()
+        .node("n0", gpus=2)
+        .queue("q", gpu_quota=2)
+        .job("ok", "q")
+        .pending()
+        .job("lost", "nowhere")
+        .pending()
+        .build()
     )
     result = cycle(snap, "allocate")
     assert outcome(result) == {"ok": {"bind@n0"}}

@@ -46,13 +46,19 @@ def _fingerprint(state: ClusterState) -> object:
 def _cluster() -> ClusterBuilder:
     return (
         ClusterBuilder()
-        .node("n0", gpus=4).node("n1", gpus=4)
+        .node("n0", gpus=4)
+        .node("n1", gpus=4)
         .queue("q", gpu_quota=8)
-        .job("frac-a", "q", gpu=0.5).running("n0", group=0)
-        .job("frac-b", "q", gpu=0.5).running("n0", group=0)
-        .job("whole", "q", gpu=2).running("n1")
-        .job("old", "q", gpu=1).releasing("n1")
-        .job("gang", "q", gpu=2, priority="inference").pending(3)
+        .job("frac-a", "q", gpu=0.5)
+        .running("n0", group=0)
+        .job("frac-b", "q", gpu=0.5)
+        .running("n0", group=0)
+        .job("whole", "q", gpu=2)
+        .running("n1")
+        .job("old", "q", gpu=1)
+        .releasing("n1")
+        .job("gang", "q", gpu=2, priority="inference")
+        .pending(3)
     )
 
 
@@ -77,11 +83,15 @@ def test_a_failed_victim_search_leaves_no_trace() -> None:
     # minus what stays, so the search must fail and roll everything back.
     builder = (
         ClusterBuilder()
-        .node("n0", gpus=2).node("n1", gpus=2)
+        .node("n0", gpus=2)
+        .node("n1", gpus=2)
         .queue("q", gpu_quota=4)
-        .job("keep", "q", gpu=2, priority="build").running("n0")
-        .job("victim", "q", gpu=1).running("n1")
-        .job("gang", "q", gpu=2, priority="inference").pending(2)
+        .job("keep", "q", gpu=2, priority="build")
+        .running("n0")
+        .job("victim", "q", gpu=1)
+        .running("n1")
+        .job("gang", "q", gpu=2, priority="inference")
+        .pending(2)
     )
     ctx = _context(builder)
     before = _fingerprint(ctx.state)
@@ -97,10 +107,14 @@ def test_a_successful_victim_search_evicts_only_what_is_needed() -> None:
         ClusterBuilder()
         .node("n0", gpus=2)
         .queue("q", gpu_quota=2)
-        .job("half-old", "q", gpu=0.5).running("n0", group=0)
-        .job("whole", "q", gpu=1).running("n0")
-        .job("half-new", "q", gpu=0.5).running("n0", group=0)
-        .job("build", "q", gpu=1, priority="build").pending()
+        .job("half-old", "q", gpu=0.5)
+        .running("n0", group=0)
+        .job("whole", "q", gpu=1)
+        .running("n0")
+        .job("half-new", "q", gpu=0.5)
+        .running("n0", group=0)
+        .job("build", "q", gpu=1, priority="build")
+        .pending()
     )
     ctx = _context(builder)
     build = ctx.state.job_index["build"]
@@ -122,7 +136,9 @@ def test_fraction_opens_and_closes_a_device(pipelined: bool) -> None:
     task = ctx.state.job_index["f"].tasks[0]
     device, _ = ctx.placer.choose_device(task, 0)
     ctx.stmt.place(task, 0, device, pipelined, "allocate")
-    assert ctx.state.nodes.devices[0][device].idle + ctx.state.nodes.devices[0][device].releasing == pytest.approx(0.75)
+    assert ctx.state.nodes.devices[0][device].idle + ctx.state.nodes.devices[0][
+        device
+    ].releasing == pytest.approx(0.75)
     ctx.stmt.rollback(0)
     assert _fingerprint(ctx.state) == before
     assert np.all(ctx.state.nodes.idle[:, 0] >= 0)

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The two commands a newcomer needs, each doing all of its own set-up:
+#   ./dev.sh demo   install kai-ray and run the demo (a local Ray cluster, queues, preemption)
+#   ./dev.sh test   install kai-ray with its test tools and run every check and test
+# Both work on a fresh Debian machine with Python 3.11; the virtual environment lives in .venv.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+PY=${PYTHON:-python3}
+VENV=.venv
+
+ensure_venv() {
+  if [ ! -x "$VENV/bin/python" ]; then
+    if ! "$PY" -m venv "$VENV" 2>/dev/null; then
+      # Debian ships venv separately; install it when we may.
+      if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+        apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null
+        rm -rf "$VENV"
+        "$PY" -m venv "$VENV"
+      else
+        echo "dev.sh: '$PY -m venv' failed; install python3-venv (apt-get install python3-venv)" >&2
+        exit 1
+      fi
+    fi
+  fi
+  "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
+}
+
+case "${1:-}" in
+  demo)
+    ensure_venv
+    "$VENV/bin/pip" install -q -e '.[ray]'
+    shift
+    exec "$VENV/bin/kai-ray" demo "$@"
+    ;;
+  test)
+    ensure_venv
+    "$VENV/bin/pip" install -q -e '.[test]'
+    shift
+    echo "== ruff";          "$VENV/bin/ruff" check kai_ray tests
+    echo "== mypy (strict on kai_ray/core)"; "$VENV/bin/mypy" kai_ray/core
+    echo "== import contracts"; "$VENV/bin/lint-imports"
+    echo "== pytest"
+    exec "$VENV/bin/pytest" "$@"
+    ;;
+  *)
+    echo "usage: ./dev.sh demo | ./dev.sh test [pytest args]" >&2
+    exit 2
+    ;;
+esac
