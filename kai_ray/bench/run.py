@@ -5,10 +5,12 @@ from __future__ import annotations
 import resource
 import statistics
 import time
+from collections import defaultdict
 from typing import Any
 
 from kai_ray.bench.synthetic import cycle_cluster, eviction_cluster
-from kai_ray.core import DEFAULT_ACTIONS, Bind, ClusterSnapshot, Evict, Pipeline, SchedulerConfig, run_cycle
+from kai_ray.core import DEFAULT_ACTIONS, Bind, ClusterSnapshot, CycleResult, Evict, Pipeline, SchedulerConfig
+from kai_ray.core.cycle import finish_cycle, prepare_cycle, run_action
 
 __all__ = ["bench_cycle", "bench_eviction", "peak_rss_mb"]
 
@@ -17,22 +19,42 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def _time_cycles(snapshot: ClusterSnapshot, config: SchedulerConfig, repeat: int) -> tuple[list[float], Any]:
-    timings: list[float] = []
-    result = None
+def _time_cycles(
+    snapshot: ClusterSnapshot, config: SchedulerConfig, repeat: int
+) -> tuple[dict[str, list[float]], CycleResult]:
+    """Wall and CPU milliseconds per cycle and per phase (prepare, each action, finish)."""
+    timings: dict[str, list[float]] = defaultdict(list)
+    result: CycleResult | None = None
     for _ in range(repeat):
-        start = time.perf_counter()
-        result = run_cycle(snapshot, config, 0.0)
-        timings.append((time.perf_counter() - start) * 1000.0)
+        wall, cpu = time.perf_counter(), time.process_time()
+        phase = time.perf_counter()
+        ctx = prepare_cycle(snapshot, config, 0.0)
+        timings["prepare"].append(_ms_since(phase))
+        for name in config.actions:
+            phase = time.perf_counter()
+            run_action(ctx, name)
+            timings[name].append(_ms_since(phase))
+        result = finish_cycle(ctx)
+        timings["cycle"].append(_ms_since(wall))
+        timings["cycle_cpu"].append((time.process_time() - cpu) * 1000.0)
+    assert result is not None
     return timings, result
 
 
-def _summary(timings: list[float]) -> dict[str, float]:
-    return {
-        "cycle_ms_p50": round(statistics.median(timings), 2),
-        "cycle_ms_max": round(max(timings), 2),
-        "cycle_ms_min": round(min(timings), 2),
+def _ms_since(start: float) -> float:
+    return (time.perf_counter() - start) * 1000.0
+
+
+def _summary(timings: dict[str, list[float]]) -> dict[str, float]:
+    out = {
+        "cycle_ms_p50": round(statistics.median(timings["cycle"]), 2),
+        "cycle_ms_max": round(max(timings["cycle"]), 2),
+        "cycle_cpu_ms_p50": round(statistics.median(timings["cycle_cpu"]), 2),
     }
+    for phase, values in timings.items():
+        if phase not in ("cycle", "cycle_cpu"):
+            out[f"{phase}_ms_p50"] = round(statistics.median(values), 2)
+    return out
 
 
 def bench_cycle(
@@ -48,7 +70,7 @@ def bench_cycle(
     config = SchedulerConfig(actions=actions)
     timings, result = _time_cycles(snapshot, config, repeat)
     placements = sum(1 for d in result.decisions if isinstance(d, Bind | Pipeline))
-    p50 = statistics.median(timings)
+    p50 = statistics.median(timings["cycle"])
     return {
         "benchmark": "cycle",
         "actions": list(actions),

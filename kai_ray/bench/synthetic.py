@@ -69,8 +69,9 @@ def _job(name: str, queue: str, tasks: list[TaskInfo], created: float, **kw: obj
 def cycle_cluster(
     nodes: int, gpus_per_node: int, pending: int, gang_size: int, queues: int, seed: int = 7
 ) -> ClusterSnapshot:
-    """Half the pending tasks in single-task jobs, half in gangs; a third of the nodes
-    already half used by running single-GPU jobs."""
+    """Pending work of `pending` tasks in jobs of which half are single-task jobs and
+    half gangs of `gang_size` (one GPU per task); a third of the nodes already half used
+    by running single-GPU jobs."""
     rng = random.Random(seed)
     node_list = _nodes(nodes, gpus_per_node)
     queue_list = _queues(queues, float(nodes * gpus_per_node))
@@ -80,10 +81,11 @@ def cycle_cluster(
         for k in range(gpus_per_node // 2):
             task = TaskInfo(f"run-{i}-{k}-0", TaskStatus.RUNNING, ONE_GPU, f"node-{i}", since=-3600.0)
             jobs.append(_job(f"run-{i}-{k}", rng.choice(leaves), [task], float(len(jobs))))
-    singles = pending // 2
+    pairs = pending // (1 + max(gang_size, 1))  # one single-task job and one gang a pair
+    singles = pending - pairs * max(gang_size, 1)
     for i in range(singles):
         jobs.append(_job(f"single-{i}", rng.choice(leaves), [_pending(f"single-{i}", 0)], float(len(jobs))))
-    for g in range((pending - singles) // max(gang_size, 1)):
+    for g in range(pairs):
         name = f"gang-{g}"
         tasks = [_pending(name, k) for k in range(gang_size)]
         jobs.append(_job(name, rng.choice(leaves), tasks, float(len(jobs))))

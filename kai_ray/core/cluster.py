@@ -146,6 +146,7 @@ class Job:
     queue: int
     order: int  # position in the snapshot, the last tie-break
     tasks: list[Task] = field(default_factory=list)
+    active_count: int = 0  # tasks counting toward the gang; kept by the Statement
 
     @property
     def name(self) -> str:
@@ -156,7 +157,7 @@ class Job:
         return self.info.gang_size
 
     def active(self) -> int:
-        return sum(1 for t in self.tasks if t.status in _ACTIVE)
+        return self.active_count
 
     def pending(self) -> list[Task]:
         return [t for t in self.tasks if t.status is TaskStatus.PENDING]
@@ -232,6 +233,7 @@ class _Builder:
             job = Job(info=info, queue=tree.index[info.queue], order=order)
             for i, t in enumerate(info.tasks):
                 job.tasks.append(self._task(job, i, t))
+            job.active_count = sum(1 for t in job.tasks if t.status in _ACTIVE)
             state.jobs.append(job)
             state.job_index[job.name] = job
         self._flush()

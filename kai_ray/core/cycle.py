@@ -25,7 +25,7 @@ from kai_ray.core.placement import Placer
 from kai_ray.core.queues import build_queue_tree
 from kai_ray.core.statement import Statement
 
-__all__ = ["ACTIONS", "UnknownActionError", "run_cycle"]
+__all__ = ["ACTIONS", "UnknownActionError", "finish_cycle", "prepare_cycle", "run_action", "run_cycle"]
 
 Action = Callable[[CycleContext], None]
 ACTIONS: dict[str, Action] = {"allocate": allocate}
@@ -50,6 +50,14 @@ _register_eviction_actions()
 
 def run_cycle(snapshot: ClusterSnapshot, config: SchedulerConfig, now: float) -> CycleResult:
     """Decide one cycle. Pure: the snapshot is not modified; same input, same output."""
+    ctx = prepare_cycle(snapshot, config, now)
+    for name in config.actions:
+        run_action(ctx, name)
+    return finish_cycle(ctx)
+
+
+def prepare_cycle(snapshot: ClusterSnapshot, config: SchedulerConfig, now: float) -> CycleContext:
+    """The cycle's working state and fair shares (the steps of run_cycle, for timing)."""
     for name in config.actions:
         if name not in ACTIONS:
             known = ", ".join(sorted(ACTIONS))
@@ -60,7 +68,7 @@ def run_cycle(snapshot: ClusterSnapshot, config: SchedulerConfig, now: float) ->
     shares = compute_fair_shares(
         tree, total, state.usage.requested, _usage_array(snapshot, state), config.k_value
     )
-    ctx = CycleContext(
+    return CycleContext(
         state=state,
         shares=shares,
         config=config,
@@ -69,13 +77,19 @@ def run_cycle(snapshot: ClusterSnapshot, config: SchedulerConfig, now: float) ->
         placer=Placer(state, config),
         stmt=Statement(state),
     )
-    for name in config.actions:
-        ACTIONS[name](ctx)
-        ctx.stmt.commit()
+
+
+def run_action(ctx: CycleContext, name: str) -> None:
+    ACTIONS[name](ctx)
+    ctx.stmt.commit()
+
+
+def finish_cycle(ctx: CycleContext) -> CycleResult:
+    state = ctx.state
     return CycleResult(
         decisions=_decisions(state),
         pending_reasons=_pending_reasons(ctx),
-        queues=_queue_status(state, shares),
+        queues=_queue_status(state, ctx.shares),
         invalid=dict(state.invalid),
     )
 

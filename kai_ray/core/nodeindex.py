@@ -53,6 +53,18 @@ class GpuBuckets:
         low = max(0, math.ceil(gpus - EPS))
         return range(self.size - 1, low - 1, -1) if spread else range(low, self.size)
 
+    def first(self, gpus: float, spread: bool) -> int:
+        """The best node with at least `gpus` idle whole GPUs, or -1 (no walk needed)."""
+        level_of = self.level
+        for level in self.levels(gpus, spread):
+            heap = self.heaps[level]
+            while heap:
+                node = heap[0]
+                if level_of[node] == level:
+                    return node
+                heapq.heappop(heap)  # stale: the node moved to another bucket
+        return -1
+
     def candidates(self, gpus: float, spread: bool) -> Generator[int, None, None]:
         """Nodes with at least `gpus` idle whole GPUs, best first. Stop iterating as soon
         as one suits: the walk pops the entries it passes and puts live ones back."""

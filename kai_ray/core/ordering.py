@@ -20,6 +20,7 @@ __all__ = [
     "JobQueues",
     "QueueRank",
     "ShareRows",
+    "TieBreak",
     "dominant_share",
     "job_order_key",
     "queue_rank",
@@ -51,25 +52,29 @@ def dominant_share(amount: Sequence[float], allocatable: Sequence[float], total:
     return share
 
 
-@dataclass(frozen=True, slots=True, eq=False)  # identity eq: heap tuples compare eq first
-class QueueRank:
-    """Sortable rank of a queue for its next job (smaller goes first)."""
+class TieBreak:
+    """The last criteria, reached only when every key before them ties: smaller
+    allocatable share (a partial order: smaller in one resource, larger in none), then
+    the older queue. Kept out of the key tuple so ranking stays plain tuple comparison."""
 
-    key: tuple[bool, bool, int, bool, float, float]
-    allocatable: tuple[float, ...]
-    created: int
+    __slots__ = ("allocatable", "created")
 
-    def __lt__(self, other: QueueRank) -> bool:
-        if self.key != other.key:
-            return self.key < other.key
+    def __init__(self, allocatable: Sequence[float], created: int) -> None:
+        self.allocatable = allocatable
+        self.created = created
+
+    def __lt__(self, other: TieBreak) -> bool:
         mine, theirs = self.allocatable, other.allocatable
         if mine != theirs:
-            # A partial order: smaller in one resource and no larger in any.
             if all(a <= b for a, b in zip(mine, theirs, strict=True)):
                 return True
             if all(b <= a for a, b in zip(mine, theirs, strict=True)):
                 return False
         return self.created < other.created
+
+
+# Sortable rank of a queue for its next job (smaller goes first).
+QueueRank = tuple[tuple[bool, bool, int, bool, float, float], TieBreak]
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +120,7 @@ def queue_rank(state: ClusterState, rows: ShareRows, q: int, job_amount: Sequenc
         if allocated[r] > EPS and allocated[r] / base > share_without:
             share_without = allocated[r] / base
     key = (over, not starved, -state.tree.priority[q], zero_share, share_with, share_without)
-    return QueueRank(key, tuple(allocatable), q)
+    return key, TieBreak(allocatable, q)
 
 
 class JobQueues:

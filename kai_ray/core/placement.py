@@ -143,6 +143,14 @@ class Placer:
             others = [(int(c), float(demand[c]) - EPS) for c in np.flatnonzero(demand) if c > 0]
             self._other_needs[id(demand)] = others
         spread = self.config.gpu_placement == "spread"
+        first = self.buckets.first(float(demand[0]), spread)
+        if first < 0:
+            return _NONE_FITS
+        for c, need in others:
+            if idle[first, c] < need:
+                break
+        else:
+            return first  # the usual case: the best node by GPUs fits the rest too
         tried = 0
         walk = self.buckets.candidates(float(demand[0]), spread)
         try:
@@ -202,6 +210,8 @@ class Placer:
     ) -> bool:
         """Place every task or none (the caller's checkpoint is rolled back on failure)."""
         checkpoint = stmt.checkpoint()
+        if self._can_fill_blocks(tasks, mask):
+            tasks = self._fill_blocks(stmt, tasks, action)
         for task in tasks:
             spot = self.choose(task, mask, allow_pipeline)
             if spot is None:
@@ -209,6 +219,33 @@ class Placer:
                 return False
             stmt.place(task, spot[0], spot[1], spot[2], action)
         return True
+
+    def _can_fill_blocks(self, tasks: Sequence[Task], mask: BoolArray) -> bool:
+        """Under binpack a node that took a task only scores better, so the greedy
+        task-by-task choice fills the best node before moving on: place in blocks."""
+        first = tasks[0]
+        return (
+            len(tasks) > 1
+            and self.config.gpu_placement == "binpack"
+            and mask is self._selector_masks.get(())
+            and not first.fraction_request
+            and first.demand[0] >= 1
+            and all(t.demand is first.demand for t in tasks)
+        )
+
+    def _fill_blocks(self, stmt: Statement, tasks: Sequence[Task], action: str) -> list[Task]:
+        """Bind blocks while nodes have room now; return the tasks still to place."""
+        rest = list(tasks)
+        idle, demand = self.state.nodes.idle, rest[0].demand
+        cols = np.flatnonzero(demand)
+        while rest:
+            node = self._first_in_buckets(rest[0])
+            if node < 0:
+                break
+            room = int(min((idle[node, c] + EPS) // demand[c] for c in cols))
+            block, rest = rest[: max(room, 1)], rest[max(room, 1) :]
+            stmt.place_block(block, node, action)
+        return rest
 
     def place_gang(
         self, stmt: Statement, job: Job, tasks: Sequence[Task], action: str, allow_pipeline: bool = True

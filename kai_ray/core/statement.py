@@ -58,8 +58,10 @@ class Statement:
         previous = (task.status, task.node, task.device, task.placed_by)
         task.status = TaskStatus.PIPELINED if pipelined else TaskStatus.BINDING
         task.node, task.device, task.placed_by = node, device, action
+        job.active_count += 1  # from Pending or Releasing: neither counted
 
         def undo() -> None:
+            job.active_count -= 1
             task.status, task.node, task.device, task.placed_by = previous
             self.state.usage.add(job.queue, amount, not job.info.preemptible, sign=-1.0)
             if undo_device is not None:
@@ -69,6 +71,30 @@ class Statement:
             else:
                 nodes.releasing[node] += from_releasing
                 nodes.idle[node] += d - from_releasing
+            nodes.changed(node)
+
+        self._undo.append(undo)
+
+    def place_block(self, tasks: list[Task], node: int, action: str) -> None:
+        """Bind identical whole-device tasks on one node with free room for all of them:
+        one update of the node and the queue instead of one per task."""
+        nodes, job = self.state.nodes, tasks[0].job
+        total = tasks[0].demand * len(tasks)
+        nodes.idle[node] -= total
+        nodes.changed(node)
+        amount = self.state.queue_amount(tasks[0], node) * len(tasks)
+        self.state.usage.add(job.queue, amount, not job.info.preemptible)
+        previous = [(t.status, t.node, t.device, t.placed_by) for t in tasks]
+        for t in tasks:
+            t.status, t.node, t.device, t.placed_by = TaskStatus.BINDING, node, -1, action
+        job.active_count += len(tasks)
+
+        def undo() -> None:
+            job.active_count -= len(tasks)
+            for t, before in zip(tasks, previous, strict=True):
+                t.status, t.node, t.device, t.placed_by = before
+            self.state.usage.add(job.queue, amount, not job.info.preemptible, sign=-1.0)
+            nodes.idle[node] += total
             nodes.changed(node)
 
         self._undo.append(undo)
@@ -88,8 +114,10 @@ class Statement:
         self.state.usage.add(job.queue, amount, not job.info.preemptible, sign=-1.0)
         task.status = TaskStatus.RELEASING
         task.evicted_from, task.evict_reason = (node, device), (action, reason)
+        job.active_count -= 1
 
         def undo() -> None:
+            job.active_count += 1
             task.status = TaskStatus.RUNNING
             task.evicted_from = task.evict_reason = None
             self.state.usage.add(job.queue, amount, not job.info.preemptible)
