@@ -32,6 +32,7 @@ FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 EPS = 1e-9
 _ACTIVE = frozenset({TaskStatus.BINDING, TaskStatus.PIPELINED, TaskStatus.RUNNING})
+_HOLDING_INPUT = frozenset({TaskStatus.RUNNING, TaskStatus.RELEASING, TaskStatus.PIPELINED})
 
 
 @dataclass(slots=True)
@@ -213,6 +214,10 @@ class _Builder:
     def __init__(self, state: ClusterState) -> None:
         self.state = state
         self.requests: dict[Request, tuple[FloatArray, FloatArray | None]] = {}
+        self.by_identity: dict[int, tuple[FloatArray, FloatArray | None]] = {}
+        self.keep_alive: list[Request] = []  # ids stay valid while the builder runs
+        self.pending: dict[tuple[int, int], int] = {}  # (queue, id(amount)) -> tasks
+        self.amounts: dict[int, FloatArray] = {}
         q, r = len(state.tree), len(state.nodes.columns)
         self.leaf_allocated = np.zeros((q, 3))
         self.leaf_nonpreemptible = np.zeros((q, 3))
@@ -239,17 +244,37 @@ class _Builder:
         self._flush()
 
     def _task(self, job: Job, index: int, info: TaskInfo) -> Task:
-        cached = self.requests.get(info.request)
+        req = info.request
+        # Requests are usually shared objects: look up by identity before hashing fields.
+        cached = self.by_identity.get(id(req))
         if cached is None:
-            cached = self.requests[info.request] = _per_request(info.request, self.state.nodes.columns)
+            cached = self.requests.get(req)
+            if cached is None:
+                cached = self.requests[req] = _per_request(req, self.state.nodes.columns)
+            self.by_identity[id(req)] = cached
+            self.keep_alive.append(req)
         demand, amount = cached
-        status = TaskStatus.RUNNING if info.status is TaskStatus.BINDING else info.status
+        status = info.status
+        if status is TaskStatus.BINDING:
+            status = TaskStatus.RUNNING
         task = Task(
-            info, job, index, demand, info.request.is_fractional, status, since=info.since, amount=amount
+            info,
+            job,
+            index,
+            demand,
+            req.gpu_memory > 0 or 0 < req.gpu < 1,
+            status,
+            since=info.since,
+            amount=amount,
         )
         if status is TaskStatus.PENDING:
-            self.leaf_requested[job.queue] += self.state.queue_amount(task)
-        elif status.holds_capacity and info.node is not None:
+            if amount is None:
+                self.leaf_requested[job.queue] += self.state.queue_amount(task)
+            else:
+                key = (job.queue, id(amount))
+                self.pending[key] = self.pending.get(key, 0) + 1
+                self.amounts[id(amount)] = amount
+        elif status in _HOLDING_INPUT and info.node is not None:
             self._charge(task, info.node)
         return task
 
@@ -278,6 +303,8 @@ class _Builder:
 
     def _flush(self) -> None:
         nodes, usage = self.state.nodes, self.state.usage
+        for (queue, amount_id), count in self.pending.items():
+            self.leaf_requested[queue] += self.amounts[amount_id] * count
         if self.held_rows:
             np.subtract.at(nodes.idle, np.array(self.held_rows), np.array(self.held_demand))
         if self.releasing_rows:
