@@ -96,11 +96,12 @@ def free_room_for(
     return True
 
 
-def _units_by_node(units: Sequence[Unit]) -> dict[int, list[Unit]]:
-    by_node: dict[int, list[Unit]] = {}
-    for u in units:
+def _units_by_node(units: Sequence[Unit]) -> dict[int, list[tuple[int, Unit]]]:
+    """Per node, the units with a task there, each with its place in victim order."""
+    by_node: dict[int, list[tuple[int, Unit]]] = {}
+    for rank, u in enumerate(units):
         for node in dict.fromkeys(t.node for t in u.tasks):
-            by_node.setdefault(node, []).append(u)
+            by_node.setdefault(node, []).append((rank, u))
     return by_node
 
 
@@ -108,7 +109,7 @@ def _free_a_node(
     ctx: CycleContext,
     task: Task,
     mask: np.ndarray,
-    by_node: dict[int, list[Unit]],
+    by_node: dict[int, list[tuple[int, Unit]]],
     allowed: Allowed,
     action: str,
     reason: Reason,
@@ -116,7 +117,8 @@ def _free_a_node(
     for node in _nodes_worth_freeing(ctx, task, mask, by_node)[:MAX_NODES_TRIED]:
         here = np.zeros_like(mask)
         here[node] = True
-        taken = _evict_until_fits(ctx, task, here, by_node[node], allowed, action, reason)
+        units = [u for _, u in by_node[node]]
+        taken = _evict_until_fits(ctx, task, here, units, allowed, action, reason)
         if taken is None:
             continue
         spot = ctx.placer.choose(task, here, allow_pipeline=True)
@@ -127,19 +129,22 @@ def _free_a_node(
 
 
 def _nodes_worth_freeing(
-    ctx: CycleContext, task: Task, mask: np.ndarray, by_node: dict[int, list[Unit]]
+    ctx: CycleContext, task: Task, mask: np.ndarray, by_node: dict[int, list[tuple[int, Unit]]]
 ) -> list[int]:
     """Nodes where evicting live victims could make room, least shortfall first."""
     nodes = ctx.state.nodes
     cols = np.flatnonzero(task.demand)
     col = 0 if (task.demand[0] > 0 or task.fraction_request) else 1
-    scored: list[tuple[float, int]] = []
+    scored: list[tuple[float, int, int]] = []
     for node, units in by_node.items():
         if not mask[node]:
             continue
         freeable = np.zeros_like(task.demand)
-        for u in units:
+        first_victim = -1
+        for rank, u in units:
             if u.live():
+                if first_victim < 0:
+                    first_victim = rank
                 for t in u.tasks:
                     if t.node == node:
                         freeable += t.demand
@@ -148,9 +153,11 @@ def _nodes_worth_freeing(
             continue
         if task.fraction_request and room[0] + freeable[0] < 1 - EPS and not by_node[node]:
             continue
-        scored.append((float(max(0.0, task.demand[col] - room[col])), node))
+        # Least missing room first (fewest evictions); on a tie, the node whose victims
+        # come first in victim order (as a global youngest-first search would take them).
+        scored.append((float(max(0.0, task.demand[col] - room[col])), first_victim, node))
     scored.sort()
-    return [node for _, node in scored]
+    return [node for _, _, node in scored]
 
 
 def _evict_until_fits(

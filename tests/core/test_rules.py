@@ -166,6 +166,21 @@ CASES = [
         {"train": {"evict@n0"}, "infer": {"pipeline@n0"}},
     ),
     Case(
+        "the youngest victim goes first, whichever node it is on",
+        ClusterBuilder()
+        .node("n0", gpus=1)
+        .node("n1", gpus=1)
+        .queue("a", gpu_quota=2)
+        .job("old", "a")
+        .running("n0")
+        .job("young", "a")
+        .running("n1")
+        .job("infer", "a", priority="inference")
+        .pending(),
+        ("preempt",),
+        {"young": {"evict@n1"}, "infer": {"pipeline@n1"}},
+    ),
+    Case(
         "preempt min runtime protects a young victim",
         ClusterBuilder()
         .node("n0", gpus=1)
