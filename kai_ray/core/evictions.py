@@ -39,6 +39,47 @@ def _protected(ctx: CycleContext, unit: Unit, min_runtime: float) -> bool:
     return not unit.surplus and ctx.now - _running_since(unit.job) < min_runtime
 
 
+class _Searches:
+    """What one eviction action knows across its pending jobs: the victim units (built
+    once; a unit evicted on the way is skipped as no longer live) and the searches that
+    failed since the last success, so an equivalent job is not searched again."""
+
+    def __init__(self, ctx: CycleContext) -> None:
+        self.ctx = ctx
+        self._units: list[Unit] | None = None
+        self.failed: set[tuple[object, ...]] = set()
+
+    @property
+    def units(self) -> list[Unit]:
+        if self._units is None:  # only when some job waits: most cycles have none
+            self._units = victim_units([j for j in self.ctx.state.jobs if j.info.preemptible])
+        return self._units
+
+    def key(self, job: Job) -> tuple[object, ...]:
+        info = job.info
+        shapes = tuple(id(t.demand) for t in _missing(job))
+        return (
+            job.queue,
+            info.priority,
+            info.preemptible,
+            shapes,
+            tuple(sorted(info.node_selector.items())),
+            info.topology,
+        )
+
+    def run(
+        self, ctx: CycleContext, job: Job, victims: list[Unit], allowed: Allowed, action: str, reason: Reason
+    ) -> bool:
+        key = self.key(job)
+        if key in self.failed:
+            return False
+        if _search(ctx, job, victims, allowed, action, reason):
+            self.failed.clear()  # capacity moved: earlier failures may succeed now
+            return True
+        self.failed.add(key)
+        return False
+
+
 def _search(
     ctx: CycleContext, job: Job, victims: list[Unit], allowed: Allowed, action: str, reason: Reason
 ) -> bool:
@@ -68,24 +109,19 @@ def _always(reason: str) -> Reason:
 def preempt(ctx: CycleContext) -> None:
     """Inside one queue: lower-priority preemptible work makes room for a higher one."""
     order = _waiting_gangs(ctx)
+    searches = _Searches(ctx)
     while (job := order.next_job()) is not None:
         queue, priority = job.queue, job.info.priority
         tree = ctx.state.tree
         min_runtime = tree.preempt_min_runtime[queue]
-        victims = victim_units(
-            [
-                j
-                for j in ctx.state.jobs
-                if j.queue == queue and j.info.preemptible and j.info.priority < priority
-            ]
-        )
+        victims = [u for u in searches.units if u.job.queue == queue and u.job.info.priority < priority]
         reason = f"preempted by {job.name} in {tree.names[queue]}"
         ctx.reasons.setdefault(
             job.name,
             f"no free room, and no lower-priority preemptible job in queue {tree.names[queue]} "
             "can make room for it",
         )
-        _search(ctx, job, victims, _unprotected(ctx, min_runtime), "preempt", _always(reason))
+        searches.run(ctx, job, victims, _unprotected(ctx, min_runtime), "preempt", _always(reason))
         order.done(job)
 
 
@@ -95,12 +131,13 @@ def preempt(ctx: CycleContext) -> None:
 def reclaim(ctx: CycleContext) -> None:
     """Between queues: a queue under its fair share takes back from queues over theirs."""
     order = _waiting_gangs(ctx)
+    searches = _Searches(ctx)
     while (job := order.next_job()) is not None:
-        _reclaim_for(ctx, job)
+        _reclaim_for(ctx, job, searches)
         order.done(job)
 
 
-def _reclaim_for(ctx: CycleContext, job: Job) -> bool:
+def _reclaim_for(ctx: CycleContext, job: Job, searches: _Searches) -> bool:
     state, shares, tree = ctx.state, ctx.shares, ctx.state.tree
     gang = _missing(job)
     if not gang:
@@ -112,7 +149,7 @@ def _reclaim_for(ctx: CycleContext, job: Job) -> bool:
     if not _within(mine_before, (job.queue,), amount, bound):
         ctx.reasons.setdefault(job.name, _over_share_reason(ctx, job, amount))
         return False
-    victims = victim_units([j for j in state.jobs if j.queue != job.queue and j.info.preemptible])
+    victims = [u for u in searches.units if u.job.queue != job.queue]
 
     def allowed(u: Unit) -> bool:
         lca = tree.lowest_common_ancestor(job.queue, u.job.queue)
@@ -134,7 +171,7 @@ def _reclaim_for(ctx: CycleContext, job: Job) -> bool:
             f"{describe_amount(shares.fair_share[q])}, allocated {describe_amount(mine_before[q])})"
         )
 
-    return _search(ctx, job, victims, allowed, "reclaim", reason)
+    return searches.run(ctx, job, victims, allowed, "reclaim", reason)
 
 
 def _within(

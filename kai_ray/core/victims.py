@@ -41,12 +41,16 @@ def victim_units(jobs: Sequence[Job]) -> list[Unit]:
     """Eviction units of running jobs, in victim order: elastic surplus tasks first (last
     task first), then lowest priority, then youngest."""
     units: list[Unit] = []
+    running_status = TaskStatus.RUNNING
     for job in jobs:
-        running = job.running()
+        running = [t for t in job.tasks if t.status is running_status]
         if not running:
             continue
-        surplus = job.active() - job.gang
-        extra = sorted(running, key=lambda t: -t.index)[: max(surplus, 0)]
+        surplus = job.active_count - job.gang
+        if surplus <= 0:
+            units.append(Unit(job, tuple(running), False))
+            continue
+        extra = sorted(running, key=lambda t: -t.index)[:surplus]
         units.extend(Unit(job, (t,), True) for t in extra)
         rest = tuple(t for t in running if t not in extra)
         if rest:
@@ -81,11 +85,11 @@ def free_room_for(
     """Place every task, evicting from `units` where needed; all or nothing."""
     start = ctx.stmt.checkpoint()
     job = tasks[0].job
-    by_node = _units_by_node(units)
+    pool = _VictimPool(ctx, units)
     for task in tasks:
         mask = ctx.placer.job_mask(job)
         spot = ctx.placer.choose(task, mask, allow_pipeline=True)
-        if spot is None and not _free_a_node(ctx, task, mask, by_node, allowed, action, reason):
+        if spot is None and not _free_a_node(ctx, task, mask, pool, allowed, action, reason):
             ctx.stmt.rollback(start)
             return False
         if spot is not None:
@@ -96,68 +100,80 @@ def free_room_for(
     return True
 
 
-def _units_by_node(units: Sequence[Unit]) -> dict[int, list[tuple[int, Unit]]]:
-    """Per node, the units with a task there, each with its place in victim order."""
-    by_node: dict[int, list[tuple[int, Unit]]] = {}
-    for rank, u in enumerate(units):
-        for node in dict.fromkeys(t.node for t in u.tasks):
-            by_node.setdefault(node, []).append((rank, u))
-    return by_node
+class _VictimPool:
+    """The candidate victims of one search, as arrays over their tasks, so that scoring
+    nodes is a few vectorised passes rather than a loop over every victim."""
+
+    def __init__(self, ctx: CycleContext, units: Sequence[Unit]) -> None:
+        self.ctx = ctx
+        self.units = list(units)
+        self.live = np.array([u.live() for u in self.units], dtype=bool)
+        nodes, unit_of, demand = [], [], []
+        self.by_node: dict[int, list[int]] = {}
+        for i, u in enumerate(self.units):
+            for t in u.tasks:
+                nodes.append(t.node)
+                unit_of.append(i)
+                demand.append(t.demand)
+            for node in dict.fromkeys(t.node for t in u.tasks):
+                self.by_node.setdefault(node, []).append(i)
+        width = ctx.state.nodes.idle.shape[1]
+        self.task_node = np.array(nodes, dtype=np.int64)
+        self.task_unit = np.array(unit_of, dtype=np.int64)
+        self.task_demand = np.array(demand, dtype=np.float64).reshape(-1, width)
+        self.index = {id(u): i for i, u in enumerate(self.units)}
+
+    def on_node(self, node: int) -> list[Unit]:
+        return [self.units[i] for i in self.by_node.get(node, []) if self.live[i]]
+
+    def gone(self, evicted: Sequence[Unit]) -> None:
+        for u in evicted:
+            self.live[self.index[id(u)]] = False
+
+    def nodes_worth_freeing(self, task: Task, mask: np.ndarray) -> np.ndarray:
+        """Nodes where evicting live victims could make room: least missing room first,
+        then the node whose victims come first in victim order (as a global youngest-
+        first search would take them), then node order."""
+        nodes = self.ctx.state.nodes
+        n = len(nodes)
+        alive = self.live[self.task_unit]
+        where = self.task_node[alive]
+        freeable = np.zeros_like(nodes.idle)
+        np.add.at(freeable, where, self.task_demand[alive])
+        first = np.full(n, len(self.units), dtype=np.int64)
+        np.minimum.at(first, where, self.task_unit[alive])
+        room = nodes.idle + nodes.releasing
+        ok = mask & (first < len(self.units))
+        for c in np.flatnonzero(task.demand):
+            ok &= room[:, c] + freeable[:, c] >= task.demand[c] - EPS
+        col = 0 if (task.demand[0] > 0 or task.fraction_request) else 1
+        candidates = np.flatnonzero(ok)
+        missing = np.maximum(0.0, task.demand[col] - room[candidates, col])
+        order = np.lexsort((candidates, first[candidates], missing))
+        return candidates[order]
 
 
 def _free_a_node(
     ctx: CycleContext,
     task: Task,
     mask: np.ndarray,
-    by_node: dict[int, list[tuple[int, Unit]]],
+    pool: _VictimPool,
     allowed: Allowed,
     action: str,
     reason: Reason,
 ) -> bool:
-    for node in _nodes_worth_freeing(ctx, task, mask, by_node)[:MAX_NODES_TRIED]:
+    for node in pool.nodes_worth_freeing(task, mask)[:MAX_NODES_TRIED].tolist():
         here = np.zeros_like(mask)
         here[node] = True
-        units = [u for _, u in by_node[node]]
-        taken = _evict_until_fits(ctx, task, here, units, allowed, action, reason)
+        taken = _evict_until_fits(ctx, task, here, pool.on_node(node), allowed, action, reason)
         if taken is None:
             continue
         spot = ctx.placer.choose(task, here, allow_pipeline=True)
         if spot is not None:
             ctx.stmt.place(task, spot[0], spot[1], spot[2], action)
+            pool.gone(taken)
             return True
     return False
-
-
-def _nodes_worth_freeing(
-    ctx: CycleContext, task: Task, mask: np.ndarray, by_node: dict[int, list[tuple[int, Unit]]]
-) -> list[int]:
-    """Nodes where evicting live victims could make room, least shortfall first."""
-    nodes = ctx.state.nodes
-    cols = np.flatnonzero(task.demand)
-    col = 0 if (task.demand[0] > 0 or task.fraction_request) else 1
-    scored: list[tuple[float, int, int]] = []
-    for node, units in by_node.items():
-        if not mask[node]:
-            continue
-        freeable = np.zeros_like(task.demand)
-        first_victim = -1
-        for rank, u in units:
-            if u.live():
-                if first_victim < 0:
-                    first_victim = rank
-                for t in u.tasks:
-                    if t.node == node:
-                        freeable += t.demand
-        room = nodes.idle[node] + nodes.releasing[node]
-        if any(room[c] + freeable[c] < task.demand[c] - EPS for c in cols):
-            continue
-        if task.fraction_request and room[0] + freeable[0] < 1 - EPS and not by_node[node]:
-            continue
-        # Least missing room first (fewest evictions); on a tie, the node whose victims
-        # come first in victim order (as a global youngest-first search would take them).
-        scored.append((float(max(0.0, task.demand[col] - room[col])), first_victim, node))
-    scored.sort()
-    return [node for _, _, node in scored]
 
 
 def _evict_until_fits(
