@@ -217,6 +217,7 @@ class _Builder:
         self.by_identity: dict[int, tuple[FloatArray, FloatArray | None]] = {}
         self.keep_alive: list[Request] = []  # ids stay valid while the builder runs
         self.pending: dict[tuple[int, int], int] = {}  # (queue, id(amount)) -> tasks
+        self.held: dict[tuple[int, int, bool], int] = {}  # (queue, id(amount), non-preemptible)
         self.amounts: dict[int, FloatArray] = {}
         q, r = len(state.tree), len(state.nodes.columns)
         self.leaf_allocated = np.zeros((q, 3))
@@ -294,17 +295,29 @@ class _Builder:
             fraction = task.fraction_on(nodes, node)
             task.device = _charge_device(nodes, node, task.info.gpu_group, fraction, releasing)
         if not releasing:
-            amount = self.state.queue_amount(task, node)
             q = task.job.queue
-            self.leaf_allocated[q] += amount
-            self.leaf_requested[q] += amount
-            if not task.job.info.preemptible:
-                self.leaf_nonpreemptible[q] += amount
+            np_ = not task.job.info.preemptible
+            if task.amount is None:
+                amount = self.state.queue_amount(task, node)
+                self.leaf_allocated[q] += amount
+                self.leaf_requested[q] += amount
+                if np_:
+                    self.leaf_nonpreemptible[q] += amount
+            else:
+                key = (q, id(task.amount), np_)
+                self.held[key] = self.held.get(key, 0) + 1
+                self.amounts[id(task.amount)] = task.amount
 
     def _flush(self) -> None:
         nodes, usage = self.state.nodes, self.state.usage
         for (queue, amount_id), count in self.pending.items():
             self.leaf_requested[queue] += self.amounts[amount_id] * count
+        for (queue, amount_id, nonpreemptible), count in self.held.items():
+            amount = self.amounts[amount_id] * count
+            self.leaf_allocated[queue] += amount
+            self.leaf_requested[queue] += amount
+            if nonpreemptible:
+                self.leaf_nonpreemptible[queue] += amount
         if self.held_rows:
             np.subtract.at(nodes.idle, np.array(self.held_rows), np.array(self.held_demand))
         if self.releasing_rows:
