@@ -8,7 +8,6 @@ from kai_ray.core.capacity import capacity_problem
 from kai_ray.core.cluster import Job, Task
 from kai_ray.core.context import CycleContext
 from kai_ray.core.model import TaskStatus
-from kai_ray.core.ordering import JobQueues
 from kai_ray.core.reasons import explain_unplaced
 
 __all__ = ["allocate", "try_allocate"]
@@ -18,7 +17,7 @@ ShapeKey = tuple[object, ...]
 
 def allocate(ctx: CycleContext) -> None:
     waiting = [j for j in ctx.state.jobs if j.pending()]
-    order = JobQueues(ctx.state, ctx.rank, waiting, ctx.forget)
+    order = ctx.job_queues(waiting)
     # A gang that did not fit fails the same way for every job of the same shape: capacity
     # only shrinks during allocate, so remember the failure and skip the search.
     failed: dict[ShapeKey, str] = {}

@@ -8,9 +8,11 @@ import numpy as np
 
 from kai_ray.core.cluster import ClusterState, FloatArray, Job, Task
 from kai_ray.core.fairshare import FairShares
+from kai_ray.core.hooks import ShareRows
+from kai_ray.core.jobqueues import JobQueues
 from kai_ray.core.model import SchedulerConfig
-from kai_ray.core.ordering import QueueRank, ShareRows, queue_rank, tasks_to_allocate
 from kai_ray.core.placement import Placer
+from kai_ray.core.policy import DEFAULT_POLICY, Policy, QueueRank, tasks_to_allocate
 from kai_ray.core.statement import Statement
 
 __all__ = ["CycleContext"]
@@ -26,12 +28,17 @@ class CycleContext:
     placer: Placer
     stmt: Statement
     reasons: dict[str, str] = field(default_factory=dict)  # job -> why it still waits
+    policy: Policy = DEFAULT_POLICY
     rows: ShareRows | None = None
     # A job's next request, while it waits in a JobQueues (its tasks do not change there).
     _next_amount: dict[int, list[float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.rows = ShareRows.of(self.shares, self.total)
+
+    def job_queues(self, jobs: list[Job]) -> JobQueues:
+        """The jobs in policy order, queue by queue."""
+        return JobQueues(self.state, self.rank, jobs, self.policy.job_order, self.forget)
 
     def forget(self, job: Job) -> None:
         self._next_amount.pop(id(job), None)
@@ -53,4 +60,4 @@ class CycleContext:
         amount = self._next_amount.get(id(job))
         if amount is None:
             amount = self._next_amount[id(job)] = self.amount(tasks_to_allocate(job)).tolist()
-        return queue_rank(self.state, self.rows, q, amount)
+        return self.policy.queue_rank(self.state, self.rows, q, amount)

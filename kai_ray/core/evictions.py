@@ -13,8 +13,9 @@ from kai_ray.core.allocate import ShapeKey
 from kai_ray.core.capacity import capacity_problem, describe_amount
 from kai_ray.core.cluster import EPS, Job, Task
 from kai_ray.core.context import CycleContext
+from kai_ray.core.hooks import ReclaimSides
+from kai_ray.core.jobqueues import JobQueues
 from kai_ray.core.model import TaskStatus
-from kai_ray.core.ordering import JobQueues, dominant_share
 from kai_ray.core.victims import Allowed, Reason, Unit, evict_unit, free_room_for, victim_units
 
 __all__ = ["EVICTION_ACTIONS", "consolidate", "preempt", "reclaim", "stale_gang_eviction"]
@@ -23,7 +24,7 @@ __all__ = ["EVICTION_ACTIONS", "consolidate", "preempt", "reclaim", "stale_gang_
 def _waiting_gangs(ctx: CycleContext) -> JobQueues:
     """Jobs whose gang is still incomplete, in queue order."""
     jobs = [j for j in ctx.state.jobs if j.pending() and j.active() < j.gang]
-    return JobQueues(ctx.state, ctx.rank, jobs, ctx.forget)
+    return ctx.job_queues(jobs)
 
 
 def _missing(job: Job) -> list[Task]:
@@ -52,7 +53,9 @@ class _Searches:
     @property
     def units(self) -> list[Unit]:
         if self._units is None:  # only when some job waits: most cycles have none
-            self._units = victim_units([j for j in self.ctx.state.jobs if j.info.preemptible])
+            self._units = victim_units(
+                [j for j in self.ctx.state.jobs if j.info.preemptible], self.ctx.policy.victim_order
+            )
         return self._units
 
     def key(self, job: Job) -> tuple[object, ...]:
@@ -192,23 +195,19 @@ def _over_share_reason(ctx: CycleContext, job: Job, amount: np.ndarray) -> str:
 
 
 def _may_take(ctx: CycleContext, mine: int, theirs: int, my_after: np.ndarray, victim: np.ndarray) -> bool:
-    """KAI's reclaim rules, on the two sides where the queues' ancestry diverges."""
-    usage, shares = ctx.state.usage, ctx.shares
-    held = victim > EPS
-    their_alloc = usage.allocated_row(theirs)
-    # GuaranteeDeservedQuota: I stay within deserved and they are over theirs.
-    if (my_after <= shares.deserved[mine] + EPS).all() and (
-        (their_alloc > shares.deserved[theirs] + EPS) & held
-    ).any():
-        return True
-    # MaintainFairShare: they are still over their allocatable share...
-    if not ((their_alloc > shares.allocatable[theirs] + EPS) & held).any():
-        return False
-    # ...and saturation: after taking, my ratio stays below theirs (no ping-pong).
-    total = ctx.total.tolist()
-    mine_ratio = dominant_share(my_after.tolist(), shares.allocatable[mine].tolist(), total)
-    theirs_ratio = dominant_share(their_alloc.tolist(), shares.allocatable[theirs].tolist(), total)
-    return mine_ratio < theirs_ratio - EPS
+    shares = ctx.shares
+    return ctx.policy.reclaim_allows(
+        ReclaimSides(
+            my_after=my_after.tolist(),
+            my_deserved=shares.deserved[mine].tolist(),
+            my_allocatable=shares.allocatable[mine].tolist(),
+            their_allocated=ctx.state.usage.allocated[theirs],
+            their_deserved=shares.deserved[theirs].tolist(),
+            their_allocatable=shares.allocatable[theirs].tolist(),
+            victim=victim.tolist(),
+            total=ctx.total.tolist(),
+        )
+    )
 
 
 # ---------------------------------------------------------------- consolidation
@@ -244,7 +243,8 @@ def _fits_in_total(ctx: CycleContext, job: Job, gang: list[Task]) -> bool:
 def _consolidate_for(ctx: CycleContext, job: Job, gang: list[Task]) -> bool:
     stmt = ctx.stmt
     start = stmt.checkpoint()
-    candidates = victim_units([j for j in ctx.state.jobs if j.info.preemptible and j is not job])
+    preemptible = [j for j in ctx.state.jobs if j.info.preemptible and j is not job]
+    candidates = victim_units(preemptible, ctx.policy.victim_order)
     candidates = candidates[: ctx.config.max_consolidation_preemptees]
     reason = f"moved to defragment for {job.name}"
     moved: list[Unit] = []

@@ -12,12 +12,13 @@ ever on nodes the pending job can use.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from kai_ray.core.cluster import EPS, Job, Task
 from kai_ray.core.context import CycleContext
+from kai_ray.core.hooks import Unit
 from kai_ray.core.model import TaskStatus
 
 __all__ = ["MAX_NODES_TRIED", "Allowed", "Reason", "Unit", "evict_unit", "free_room_for", "victim_units"]
@@ -25,21 +26,9 @@ __all__ = ["MAX_NODES_TRIED", "Allowed", "Reason", "Unit", "evict_unit", "free_r
 MAX_NODES_TRIED = 64  # nodes tried per task before the search gives up
 
 
-@dataclass(frozen=True, slots=True, eq=False)
-class Unit:
-    """What is evicted together: one surplus task of an elastic job, or a whole gang."""
-
-    job: Job
-    tasks: tuple[Task, ...]
-    surplus: bool
-
-    def live(self) -> bool:
-        return all(t.status is TaskStatus.RUNNING for t in self.tasks)
-
-
-def victim_units(jobs: Sequence[Job]) -> list[Unit]:
-    """Eviction units of running jobs, in victim order: elastic surplus tasks first (last
-    task first), then lowest priority, then youngest."""
+def victim_units(jobs: Sequence[Job], order: Callable[[Unit], Any]) -> list[Unit]:
+    """Eviction units of running jobs (a gang, or one elastic surplus task, last task
+    first), sorted by the policy's victim order."""
     units: list[Unit] = []
     running_status = TaskStatus.RUNNING
     for job in jobs:
@@ -55,13 +44,8 @@ def victim_units(jobs: Sequence[Job]) -> list[Unit]:
         rest = tuple(t for t in running if t not in extra)
         if rest:
             units.append(Unit(job, rest, False))
-    units.sort(key=_victim_key)
+    units.sort(key=order)
     return units
-
-
-def _victim_key(u: Unit) -> tuple[bool, int, float, int, int]:
-    info = u.job.info
-    return (not u.surplus, info.priority, -info.created_at, -u.job.order, -u.tasks[0].index)
 
 
 def evict_unit(ctx: CycleContext, unit: Unit, action: str, reason: str) -> None:

@@ -14,6 +14,7 @@ from kai_ray.core.cycle import _cluster_total
 from kai_ray.core.fairshare import compute_fair_shares
 from kai_ray.core.model import TaskStatus
 from kai_ray.core.placement import Placer
+from kai_ray.core.policy import victim_order_key
 from kai_ray.core.queues import build_queue_tree
 from kai_ray.core.statement import Statement
 from kai_ray.core.victims import free_room_for, victim_units
@@ -96,7 +97,7 @@ def test_a_failed_victim_search_leaves_no_trace() -> None:
     ctx = _context(builder)
     before = _fingerprint(ctx.state)
     gang = ctx.state.job_index["gang"]
-    units = victim_units([j for j in ctx.state.jobs if j.info.preemptible])
+    units = victim_units([j for j in ctx.state.jobs if j.info.preemptible], victim_order_key)
     ok = free_room_for(ctx, gang.tasks, units, lambda u: True, "preempt", lambda u: "test")
     assert ok is False
     assert _fingerprint(ctx.state) == before
@@ -118,7 +119,7 @@ def test_a_successful_victim_search_evicts_only_what_is_needed() -> None:
     )
     ctx = _context(builder)
     build = ctx.state.job_index["build"]
-    units = victim_units([j for j in ctx.state.jobs if j.info.preemptible])
+    units = victim_units([j for j in ctx.state.jobs if j.info.preemptible], victim_order_key)
     assert free_room_for(ctx, build.tasks, units, lambda u: True, "preempt", lambda u: "r")
     evicted = {j.name for j in ctx.state.jobs for t in j.tasks if t.status is TaskStatus.RELEASING}
     assert evicted == {"whole"}

@@ -1,0 +1,56 @@
+"""The data the policy hooks take: shared by the actions (which fill it) and the policy
+(which reads it), so neither has to import the other."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from kai_ray.core.cluster import FloatArray, Job, Task
+from kai_ray.core.fairshare import FairShares
+from kai_ray.core.model import TaskStatus
+
+__all__ = ["ReclaimSides", "ShareRows", "Unit"]
+
+
+@dataclass(frozen=True, slots=True)
+class ShareRows:
+    """Fair shares as plain floats: ranking runs once per job and tiny numpy calls cost
+    more than the arithmetic."""
+
+    deserved: list[list[float]]
+    fair_share: list[list[float]]
+    allocatable: list[list[float]]
+    total: list[float]
+
+    @staticmethod
+    def of(shares: FairShares, total: FloatArray) -> ShareRows:
+        return ShareRows(
+            shares.deserved.tolist(), shares.fair_share.tolist(), shares.allocatable.tolist(), total.tolist()
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ReclaimSides:
+    """The two sides of a reclaim, where the queues' ancestry diverges ([gpu, cpu, memory])."""
+
+    my_after: Sequence[float]  # the reclaimer's side with the job added
+    my_deserved: Sequence[float]
+    my_allocatable: Sequence[float]
+    their_allocated: Sequence[float]  # the victim's side, before taking the victim
+    their_deserved: Sequence[float]
+    their_allocatable: Sequence[float]
+    victim: Sequence[float]  # what the victim holds
+    total: Sequence[float]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Unit:
+    """What is evicted together: one surplus task of an elastic job, or a whole gang."""
+
+    job: Job
+    tasks: tuple[Task, ...]
+    surplus: bool
+
+    def live(self) -> bool:
+        return all(t.status is TaskStatus.RUNNING for t in self.tasks)

@@ -1,0 +1,91 @@
+"""Pending jobs handed out one at a time in queue order, level by level down the tree.
+
+A mechanism: the order itself comes from the policy (a job key and a queue rank)."""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from kai_ray.core.cluster import ClusterState, Job
+
+__all__ = ["JobQueues"]
+
+
+class JobQueues:
+    """Pending jobs by leaf queue, handed out one at a time in queue order, level by level.
+
+    Each inner queue keeps a heap of its children ranked by their next job; taking or
+    placing a job re-ranks only the path from its leaf to the top (lazy heap entries:
+    an entry is live while it carries its queue's current version).
+    """
+
+    def __init__(
+        self,
+        state: ClusterState,
+        rank: Callable[[int, Job], Any],
+        jobs: Iterable[Job],
+        job_key: Callable[[Job], Any],
+        forget: Callable[[Job], None] | None = None,
+    ) -> None:
+        self.state = state
+        self.rank = rank
+        self.forget = forget
+        tree = state.tree
+        self.waiting: dict[int, deque[Job]] = {}
+        for job in sorted(jobs, key=job_key):
+            self.waiting.setdefault(job.queue, deque()).append(job)
+        self.heaps: dict[int, list[tuple[Any, int, int, int]]] = {}
+        self.version = [0] * len(tree)
+        self.head: dict[int, Job] = {}
+        self._tick = 0
+        # Rank bottom-up: deepest queues first so inner queues see their children.
+        for q in sorted(self.waiting, key=lambda q: -len(tree.ancestors[q])):
+            self.refresh(q)
+
+    def refresh(self, leaf: int) -> None:
+        """Re-rank `leaf` and its ancestors after its jobs or usage changed."""
+        for q in self.state.tree.ancestors[leaf]:
+            self.version[q] += 1
+            job = self._head_of(q)
+            if job is None:
+                self.head.pop(q, None)
+                continue
+            self.head[q] = job
+            self._tick += 1
+            entry = (self.rank(q, job), self._tick, q, self.version[q])
+            heapq.heappush(self.heaps.setdefault(self.state.tree.parent[q], []), entry)
+
+    def _head_of(self, q: int) -> Job | None:
+        if q in self.waiting:
+            jobs = self.waiting[q]
+            return jobs[0] if jobs else None
+        top = self._top(q)
+        return None if top is None else self.head.get(top)
+
+    def _top(self, parent: int) -> int | None:
+        heap = self.heaps.get(parent)
+        while heap:
+            _, _, q, version = heap[0]
+            if version == self.version[q] and q in self.head:
+                return q
+            heapq.heappop(heap)
+        return None
+
+    def next_job(self) -> Job | None:
+        """Take the next job to try, or None when every queue is drained. Call `done`
+        with it once tried, so its queue is ranked again."""
+        q = self._top(-1)
+        while q is not None and q not in self.waiting:
+            q = self._top(q)
+        if q is None:
+            return None
+        return self.waiting[q].popleft()
+
+    def done(self, job: Job) -> None:
+        """The job was tried (its tasks may have changed): rank its queue again."""
+        if self.forget is not None:
+            self.forget(job)
+        self.refresh(job.queue)

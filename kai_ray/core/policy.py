@@ -1,0 +1,151 @@
+"""Policy: the rules the actions consult, through a small fixed set of typed hooks.
+
+The actions (allocate.py, evictions.py, victims.py) are algorithms and never import this
+module: they receive a `Policy` in the cycle context, so a rule changes here, not there.
+
+- job order inside a queue: higher priority; jobs short of their gang before jobs asking
+  for elastic surplus; older;
+- queue order (as KAI's proportion plugin), level by level: not over fair share first;
+  starved (would stay within deserved with the job) first; higher queue priority; queues
+  that would use a resource they have no allocatable share of last; smaller dominant-
+  resource share with the job, then without it; smaller allocatable share; older queue;
+- victim order: elastic surplus first (last task first), lowest priority, youngest;
+- reclaim: which victim a queue may take from another (KAI's strategies).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from kai_ray.core.cluster import EPS, ClusterState, Job, Task
+from kai_ray.core.hooks import ReclaimSides, ShareRows, Unit
+
+__all__ = [
+    "DEFAULT_POLICY",
+    "Policy",
+    "QueueRank",
+    "TieBreak",
+    "dominant_share",
+    "job_order_key",
+    "queue_rank",
+    "reclaim_allows",
+    "tasks_to_allocate",
+    "victim_order_key",
+]
+
+
+def job_order_key(job: Job) -> tuple[int, bool, float, int]:
+    """Higher priority first; jobs short of their gang before jobs asking for surplus; older."""
+    satisfied = job.active() >= job.gang
+    return (-job.info.priority, satisfied, job.info.created_at, job.order)
+
+
+def tasks_to_allocate(job: Job) -> list[Task]:
+    """The gang's missing tasks, or the next surplus task of an elastic job already whole."""
+    pending = job.pending()
+    need = job.gang - job.active()
+    return pending[:need] if need > 0 else pending[:1]
+
+
+def dominant_share(amount: Sequence[float], allocatable: Sequence[float], total: Sequence[float]) -> float:
+    """max over resources of amount / allocatable share (over the total where that is 0)."""
+    share = 0.0
+    for r in range(3):
+        if amount[r] <= EPS:
+            continue
+        base = allocatable[r] if allocatable[r] > EPS else total[r]
+        share = max(share, amount[r] / base if base > EPS else float("inf"))
+    return share
+
+
+class TieBreak:
+    """The last criteria, reached only when every key before them ties: smaller
+    allocatable share (a partial order: smaller in one resource, larger in none), then
+    the older queue. Kept out of the key tuple so ranking stays plain tuple comparison."""
+
+    __slots__ = ("allocatable", "created")
+
+    def __init__(self, allocatable: Sequence[float], created: int) -> None:
+        self.allocatable = allocatable
+        self.created = created
+
+    def __lt__(self, other: TieBreak) -> bool:
+        mine, theirs = self.allocatable, other.allocatable
+        if mine != theirs:
+            if all(a <= b for a, b in zip(mine, theirs, strict=True)):
+                return True
+            if all(b <= a for a, b in zip(mine, theirs, strict=True)):
+                return False
+        return self.created < other.created
+
+
+# Sortable rank of a queue for its next job (smaller goes first).
+QueueRank = tuple[tuple[bool, bool, int, bool, float, float], TieBreak]
+
+
+def queue_rank(state: ClusterState, rows: ShareRows, q: int, job_amount: Sequence[float]) -> QueueRank:
+    allocated = state.usage.allocated[q]
+    allocatable, fair, deserved = rows.allocatable[q], rows.fair_share[q], rows.deserved[q]
+    a0, a1, a2 = allocated
+    with_job = [a0 + job_amount[0], a1 + job_amount[1], a2 + job_amount[2]]
+    over = a0 > fair[0] + EPS and a1 > fair[1] + EPS and a2 > fair[2] + EPS
+    starved = (
+        with_job[0] <= deserved[0] + EPS
+        and with_job[1] <= deserved[1] + EPS
+        and with_job[2] <= deserved[2] + EPS
+    )
+    zero_share = (
+        (allocatable[0] <= EPS and with_job[0] > EPS)
+        or (allocatable[1] <= EPS and with_job[1] > EPS)
+        or (allocatable[2] <= EPS and with_job[2] > EPS)
+    )
+    share_with = share_without = 0.0
+    for r in (0, 1, 2):
+        base = allocatable[r] if allocatable[r] > EPS else rows.total[r]
+        if base <= EPS:
+            base = 1e-300  # a resource nobody has: any use of it ranks last
+        if with_job[r] > EPS and with_job[r] / base > share_with:
+            share_with = with_job[r] / base
+        if allocated[r] > EPS and allocated[r] / base > share_without:
+            share_without = allocated[r] / base
+    key = (over, not starved, -state.tree.priority[q], zero_share, share_with, share_without)
+    return key, TieBreak(allocatable, q)
+
+
+def victim_order_key(u: Unit) -> tuple[bool, int, float, int, int]:
+    info = u.job.info
+    return (not u.surplus, info.priority, -info.created_at, -u.job.order, -u.tasks[0].index)
+
+
+def reclaim_allows(s: ReclaimSides) -> bool:
+    held = [v > EPS for v in s.victim]
+    # GuaranteeDeservedQuota: I stay within deserved and they are over theirs.
+    mine_within = all(a <= d + EPS for a, d in zip(s.my_after, s.my_deserved, strict=True))
+    theirs_over = any(
+        h and a > d + EPS for h, a, d in zip(held, s.their_allocated, s.their_deserved, strict=True)
+    )
+    if mine_within and theirs_over:
+        return True
+    # MaintainFairShare: they are still over their allocatable share...
+    if not any(
+        h and a > c + EPS for h, a, c in zip(held, s.their_allocated, s.their_allocatable, strict=True)
+    ):
+        return False
+    # ...and saturation: after taking, my ratio stays below theirs (no ping-pong).
+    mine_ratio = dominant_share(s.my_after, s.my_allocatable, s.total)
+    theirs_ratio = dominant_share(s.their_allocated, s.their_allocatable, s.total)
+    return mine_ratio < theirs_ratio - EPS
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """The hooks. Node scoring is configuration (binpack or spread, SchedulerConfig)."""
+
+    job_order: Callable[[Job], tuple[object, ...]] = job_order_key
+    queue_rank: Callable[[ClusterState, ShareRows, int, Sequence[float]], QueueRank] = queue_rank
+    victim_order: Callable[[Unit], tuple[object, ...]] = victim_order_key
+    reclaim_allows: Callable[[ReclaimSides], bool] = reclaim_allows
+
+
+DEFAULT_POLICY = Policy()
