@@ -22,6 +22,7 @@ from kai_ray.core.model import (
     TaskStatus,
 )
 from kai_ray.core.placement import Placer
+from kai_ray.core.policy import DEFAULT_POLICY, Policy
 from kai_ray.core.queues import build_queue_tree
 from kai_ray.core.statement import Statement
 
@@ -48,15 +49,20 @@ def _register_eviction_actions() -> None:
 _register_eviction_actions()
 
 
-def run_cycle(snapshot: ClusterSnapshot, config: SchedulerConfig, now: float) -> CycleResult:
-    """Decide one cycle. Pure: the snapshot is not modified; same input, same output."""
-    ctx = prepare_cycle(snapshot, config, now)
+def run_cycle(
+    snapshot: ClusterSnapshot, config: SchedulerConfig, now: float, policy: Policy = DEFAULT_POLICY
+) -> CycleResult:
+    """Decide one cycle. Pure: the snapshot is not modified; same input, same output.
+    `policy` swaps the ordering and reclaim rules without touching the actions."""
+    ctx = prepare_cycle(snapshot, config, now, policy)
     for name in config.actions:
         run_action(ctx, name)
     return finish_cycle(ctx)
 
 
-def prepare_cycle(snapshot: ClusterSnapshot, config: SchedulerConfig, now: float) -> CycleContext:
+def prepare_cycle(
+    snapshot: ClusterSnapshot, config: SchedulerConfig, now: float, policy: Policy = DEFAULT_POLICY
+) -> CycleContext:
     """The cycle's working state and fair shares (the steps of run_cycle, for timing)."""
     for name in config.actions:
         if name not in ACTIONS:
@@ -76,6 +82,7 @@ def prepare_cycle(snapshot: ClusterSnapshot, config: SchedulerConfig, now: float
         total=total,
         placer=Placer(state, config),
         stmt=Statement(state),
+        policy=policy,
     )
 
 
