@@ -23,7 +23,7 @@ __all__ = ["EVICTION_ACTIONS", "consolidate", "preempt", "reclaim", "stale_gang_
 
 def _waiting_gangs(ctx: CycleContext) -> JobQueues:
     """Jobs whose gang is still incomplete, in queue order."""
-    jobs = [j for j in ctx.state.jobs if j.pending() and j.active() < j.gang]
+    jobs = [j for j in ctx.state.jobs if j.active_count < j.gang and j.pending()]
     return ctx.job_queues(jobs)
 
 

@@ -236,13 +236,14 @@ class Placer:
     def _fill_blocks(self, stmt: Statement, tasks: Sequence[Task], action: str) -> list[Task]:
         """Bind blocks while nodes have room now; return the tasks still to place."""
         rest = list(tasks)
-        idle, demand = self.state.nodes.idle, rest[0].demand
-        cols = np.flatnonzero(demand)
+        idle = self.state.nodes.idle
+        need = [(int(c), float(rest[0].demand[c])) for c in np.flatnonzero(rest[0].demand)]
         while rest:
             node = self._first_in_buckets(rest[0])
             if node < 0:
                 break
-            room = int(min((idle[node, c] + EPS) // demand[c] for c in cols))
+            row = idle[node].tolist()
+            room = int(min((row[c] + EPS) // d for c, d in need))
             block, rest = rest[: max(room, 1)], rest[max(room, 1) :]
             stmt.place_block(block, node, action)
         return rest
