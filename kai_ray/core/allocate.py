@@ -10,7 +10,7 @@ from kai_ray.core.context import CycleContext
 from kai_ray.core.model import TaskStatus
 from kai_ray.core.reasons import explain_unplaced
 
-__all__ = ["allocate", "try_allocate"]
+__all__ = ["allocate", "allocate_step"]
 
 ShapeKey = tuple[object, ...]
 
@@ -22,13 +22,17 @@ def allocate(ctx: CycleContext) -> None:
     # only shrinks during allocate, so remember the failure and skip the search.
     failed: dict[ShapeKey, str] = {}
     while (job := order.next_job()) is not None:
-        try_allocate(ctx, job, "allocate", failed)
-        order.done(job)
+        if allocate_step(ctx, job, "allocate", failed) and job.pending():
+            order.push_back(job)  # an elastic job goes back in line for each surplus task
+        else:
+            order.done(job)
 
 
-def try_allocate(ctx: CycleContext, job: Job, action: str, failed: dict[ShapeKey, str] | None = None) -> bool:
-    """Place the job's missing gang (all or nothing), then what surplus fits.
-    True when the gang is whole after the call."""
+def allocate_step(
+    ctx: CycleContext, job: Job, action: str, failed: dict[ShapeKey, str] | None = None
+) -> bool:
+    """One step for the job: its missing gang, all or nothing; or, once the gang is whole,
+    one surplus task. True when something was placed."""
     pending = job.pending()
     missing = job.gang - job.active()
     if missing > len(pending):
@@ -37,16 +41,19 @@ def try_allocate(ctx: CycleContext, job: Job, action: str, failed: dict[ShapeKey
             "(some failed or finished); it cannot start whole"
         )
         return False
-    placed: list[Task] = []
     if missing > 0:
-        gang = pending[:missing]
-        if not _place_gang(ctx, job, gang, action, failed):
+        placed = pending[:missing]
+        if not _place_gang(ctx, job, placed, action, failed):
             return False
-        placed = gang
-    placed += _place_surplus(ctx, job, pending[max(missing, 0) :], action)
+    else:
+        placed = _place_surplus(ctx, job, pending[:1], action)
+        if not placed:
+            return False
     if any(t.status is TaskStatus.PIPELINED for t in placed):
-        for t in placed:
-            ctx.stmt.mark_pipelined(t)
+        # A job with a task waiting on released capacity waits as a whole.
+        for t in job.tasks:
+            if t.placed_by:
+                ctx.stmt.mark_pipelined(t)
     if len(placed) == len(pending):
         ctx.reasons.pop(job.name, None)
     return True
@@ -77,7 +84,7 @@ def _place_surplus(ctx: CycleContext, job: Job, surplus: list[Task], action: str
     for task in surplus:
         problem = capacity_problem(ctx.state, ctx.shares, job, ctx.amount([task]))
         if problem:
-            ctx.reasons[job.name] = f"elastic job has {len(placed)} more tasks running; {problem}"
+            ctx.reasons[job.name] = f"elastic job at {job.active()} of {len(job.tasks)} tasks; {problem}"
             break
         mask = ctx.placer.job_mask(job)
         if not ctx.placer.place_all(ctx.stmt, [task], mask, action):

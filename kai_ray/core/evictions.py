@@ -146,26 +146,19 @@ def _reclaim_for(ctx: CycleContext, job: Job, searches: _Searches) -> bool:
     if not gang:
         return False
     amount = ctx.amount(gang)
-    bound = shares.fair_share if job.info.preemptible else shares.deserved
     # My side is judged as it stood before this job's tasks were placed.
     mine_before = {q: state.usage.allocated_row(q) for q in tree.ancestors[job.queue]}
-    if not _within(mine_before, (job.queue,), amount, bound):
+    if not _may_reclaim(ctx, job, amount):
         ctx.reasons.setdefault(job.name, _over_share_reason(ctx, job, amount))
         return False
-    victims = [u for u in searches.units if u.job.queue != job.queue]
+    victims = _reverse_queue_order(ctx, [u for u in searches.units if u.job.queue != job.queue])
 
     def allowed(u: Unit) -> bool:
-        lca = tree.lowest_common_ancestor(job.queue, u.job.queue)
         if _protected(ctx, u, tree.reclaim_min_runtime_for(job.queue, u.job.queue)):
             return False
+        lca = tree.lowest_common_ancestor(job.queue, u.job.queue)
         mine, theirs = tree.child_toward(lca, job.queue), tree.child_toward(lca, u.job.queue)
-        # Every level on my side below the common ancestor stays within its share.
-        path = tree.ancestors[job.queue]
-        levels = path[: path.index(mine) + 1] if ctx.config.full_hierarchy_fairness else path[:1]
-        if not _within(mine_before, levels, amount, bound):
-            return False
-        my_after = mine_before[mine] + amount
-        return _may_take(ctx, mine, theirs, my_after, ctx.amount(list(u.tasks)))
+        return _may_take(ctx, mine, theirs, mine_before[mine] + amount)
 
     def reason(u: Unit) -> str:
         q = job.queue
@@ -174,13 +167,59 @@ def _reclaim_for(ctx: CycleContext, job: Job, searches: _Searches) -> bool:
             f"{describe_amount(shares.fair_share[q])}, allocated {describe_amount(mine_before[q])})"
         )
 
-    return searches.run(ctx, job, victims, allowed, "reclaim", reason)
+    checkpoint = ctx.stmt.checkpoint()
+    if not searches.run(ctx, job, victims, allowed, "reclaim", reason):
+        return False
+    if not _within_boundaries(ctx, job):
+        ctx.stmt.rollback(checkpoint)
+        return False
+    return True
 
 
-def _within(
-    allocated: dict[int, np.ndarray], levels: tuple[int, ...], amount: np.ndarray, bound: np.ndarray
-) -> bool:
-    return not any(((allocated[q] + amount > bound[q] + EPS) & (amount > EPS)).any() for q in levels)
+def _reverse_queue_order(ctx: CycleContext, units: list[Unit]) -> list[Unit]:
+    """Victims queue by queue, the queue that would be served last giving first (as KAI
+    lists reclaim victims), keeping the victim order inside each queue."""
+    tree, rows = ctx.state.tree, ctx.rows
+    assert rows is not None
+    ranks: dict[int, object] = {}
+
+    def rank(q: int) -> object:
+        if q not in ranks:
+            ranks[q] = ctx.policy.queue_rank(ctx.state, rows, q, (0.0, 0.0, 0.0))
+        return ranks[q]
+
+    def path_rank(q: int) -> tuple[object, ...]:
+        return tuple(rank(a) for a in reversed(tree.ancestors[q]))
+
+    queues = sorted({u.job.queue for u in units}, key=path_rank, reverse=True)
+    position = {q: i for i, q in enumerate(queues)}
+    return sorted(units, key=lambda u: position[u.job.queue])
+
+
+def _may_reclaim(ctx: CycleContext, job: Job, amount: np.ndarray) -> bool:
+    """The reclaimer's queue stays within its fair share with the job (non-preemptible
+    jobs also within the deserved quota of non-preemptible work)."""
+    q, usage, shares = job.queue, ctx.state.usage, ctx.shares
+    if ((usage.allocated_row(q) + amount) > shares.fair_share[q] + EPS).any():
+        return False
+    np_after = np.array(usage.allocated_nonpreemptible[q]) + amount
+    return job.info.preemptible or not (np_after > shares.deserved[q] + EPS).any()
+
+
+def _within_boundaries(ctx: CycleContext, job: Job) -> bool:
+    """After the victims left and the job is placed, every queue on the reclaimer's path
+    stays within its fair share (the only top-level queue excepted: it is the cluster)."""
+    tree, usage, shares = ctx.state.tree, ctx.state.usage, ctx.shares
+    single_top = len(tree.roots) == 1
+    for q in tree.ancestors[job.queue]:
+        if not (single_top and tree.parent[q] < 0) and (
+            (usage.allocated_row(q) > shares.fair_share[q] + EPS).any()
+        ):
+            return False
+        nonpreemptible = np.array(usage.allocated_nonpreemptible[q])
+        if not job.info.preemptible and (nonpreemptible > shares.deserved[q] + EPS).any():
+            return False
+    return True
 
 
 def _over_share_reason(ctx: CycleContext, job: Job, amount: np.ndarray) -> str:
@@ -194,18 +233,15 @@ def _over_share_reason(ctx: CycleContext, job: Job, amount: np.ndarray) -> str:
     )
 
 
-def _may_take(ctx: CycleContext, mine: int, theirs: int, my_after: np.ndarray, victim: np.ndarray) -> bool:
+def _may_take(ctx: CycleContext, mine: int, theirs: int, my_after: np.ndarray) -> bool:
     shares = ctx.shares
     return ctx.policy.reclaim_allows(
         ReclaimSides(
             my_after=my_after.tolist(),
             my_deserved=shares.deserved[mine].tolist(),
-            my_allocatable=shares.allocatable[mine].tolist(),
-            their_allocated=ctx.state.usage.allocated[theirs],
+            their_allocated=list(ctx.state.usage.allocated[theirs]),
             their_deserved=shares.deserved[theirs].tolist(),
             their_allocatable=shares.allocatable[theirs].tolist(),
-            victim=victim.tolist(),
-            total=ctx.total.tolist(),
         )
     )
 

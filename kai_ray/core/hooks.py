@@ -32,16 +32,13 @@ class ShareRows:
 
 @dataclass(frozen=True, slots=True)
 class ReclaimSides:
-    """The two sides of a reclaim, where the queues' ancestry diverges ([gpu, cpu, memory])."""
+    """The two sides of a reclaim where the queues' ancestry diverges ([gpu, cpu, memory])."""
 
     my_after: Sequence[float]  # the reclaimer's side with the job added
     my_deserved: Sequence[float]
-    my_allocatable: Sequence[float]
-    their_allocated: Sequence[float]  # the victim's side, before taking the victim
+    their_allocated: Sequence[float]  # the victim's side, before this victim is taken
     their_deserved: Sequence[float]
     their_allocatable: Sequence[float]
-    victim: Sequence[float]  # what the victim holds
-    total: Sequence[float]
 
 
 @dataclass(frozen=True, slots=True, eq=False)

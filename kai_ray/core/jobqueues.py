@@ -5,7 +5,6 @@ A mechanism: the order itself comes from the policy (a job key and a queue rank)
 from __future__ import annotations
 
 import heapq
-from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -33,10 +32,14 @@ class JobQueues:
         self.state = state
         self.rank = rank
         self.forget = forget
+        self.job_key = job_key
         tree = state.tree
-        self.waiting: dict[int, deque[Job]] = {}
+        # Per leaf queue, a heap of (job key, arrival, job): a job may come back in line.
+        self.waiting: dict[int, list[tuple[Any, int, Job]]] = {}
+        self._arrival = 0
         for job in sorted(jobs, key=job_key):
-            self.waiting.setdefault(job.queue, deque()).append(job)
+            self._arrival += 1
+            self.waiting.setdefault(job.queue, []).append((job_key(job), self._arrival, job))
         self.heaps: dict[int, list[tuple[Any, int, int, int]]] = {}
         self.version = [0] * len(tree)
         self.head: dict[int, Job] = {}
@@ -61,7 +64,7 @@ class JobQueues:
     def _head_of(self, q: int) -> Job | None:
         if q in self.waiting:
             jobs = self.waiting[q]
-            return jobs[0] if jobs else None
+            return jobs[0][2] if jobs else None
         top = self._top(q)
         return None if top is None else self.head.get(top)
 
@@ -82,7 +85,13 @@ class JobQueues:
             q = self._top(q)
         if q is None:
             return None
-        return self.waiting[q].popleft()
+        return heapq.heappop(self.waiting[q])[2]
+
+    def push_back(self, job: Job) -> None:
+        """The job took a step and wants more (elastic surplus): back in line, by its key."""
+        self._arrival += 1
+        heapq.heappush(self.waiting[job.queue], (self.job_key(job), self._arrival, job))
+        self.done(job)
 
     def done(self, job: Job) -> None:
         """The job was tried (its tasks may have changed): rank its queue again."""

@@ -119,23 +119,17 @@ def victim_order_key(u: Unit) -> tuple[bool, int, float, int, int]:
 
 
 def reclaim_allows(s: ReclaimSides) -> bool:
-    held = [v > EPS for v in s.victim]
-    # GuaranteeDeservedQuota: I stay within deserved and they are over theirs.
-    mine_within = all(a <= d + EPS for a, d in zip(s.my_after, s.my_deserved, strict=True))
-    theirs_over = any(
-        h and a > d + EPS for h, a, d in zip(held, s.their_allocated, s.their_deserved, strict=True)
-    )
-    if mine_within and theirs_over:
+    """KAI's reclaim strategies, for one more victim (either one suffices):
+    MaintainFairShare: the victim's side is still over its allocatable share in some
+    resource; GuaranteeDeservedQuota: the reclaimer's side stays within its deserved quota
+    in every resource and the victim's side is over its deserved quota in some resource.
+    A stable schedule stays stable: a side within its fair share (or deserved quota) is
+    never a victim, and a reclaimer must end within its own."""
+    if any(a > c + EPS for a, c in zip(s.their_allocated, s.their_allocatable, strict=True)):
         return True
-    # MaintainFairShare: they are still over their allocatable share...
-    if not any(
-        h and a > c + EPS for h, a, c in zip(held, s.their_allocated, s.their_allocatable, strict=True)
-    ):
-        return False
-    # ...and saturation: after taking, my ratio stays below theirs (no ping-pong).
-    mine_ratio = dominant_share(s.my_after, s.my_allocatable, s.total)
-    theirs_ratio = dominant_share(s.their_allocated, s.their_allocatable, s.total)
-    return mine_ratio < theirs_ratio - EPS
+    mine_within = all(a <= d + EPS for a, d in zip(s.my_after, s.my_deserved, strict=True))
+    theirs_over = any(a > d + EPS for a, d in zip(s.their_allocated, s.their_deserved, strict=True))
+    return mine_within and theirs_over
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,12 +57,11 @@ class QueueTree:
         return path[path.index(ancestor) - 1]
 
     def reclaim_min_runtime_for(self, reclaimer: int, victim: int) -> float:
-        """reclaimMinRuntime, resolved from one level below the lowest common ancestor
-        toward the victim's queue: the most specific value set on that path wins."""
+        """reclaimMinRuntime: the value of the victim's ancestor one level below the lowest
+        common ancestor; unset there, the nearest value set above it (as KAI)."""
         lca = self.lowest_common_ancestor(reclaimer, victim)
-        path = self.ancestors[victim]
-        stop = path.index(lca) if lca != -1 else len(path)
-        for q in path[:stop]:
+        start = self.child_toward(lca, victim)
+        for q in self.ancestors[start]:
             value = self.reclaim_min_runtime[q]
             if value is not None:
                 return value
