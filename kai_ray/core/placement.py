@@ -30,6 +30,7 @@ class Placer:
         self._buckets: GpuBuckets | None = None
         # Per demand vector (shared by tasks of one request): its non-GPU columns.
         self._other_needs: dict[int, list[tuple[int, float]]] = {}
+        self._demand_columns: dict[int, list[tuple[int, float]]] = {}
 
     @property
     def buckets(self) -> GpuBuckets:
@@ -220,6 +221,14 @@ class Placer:
             stmt.place(task, spot[0], spot[1], spot[2], action)
         return True
 
+    def _needs(self, demand: FloatArray) -> list[tuple[int, float]]:
+        """The demand's non-zero columns as plain numbers (cached per shared demand)."""
+        needs = self._demand_columns.get(id(demand))
+        if needs is None:
+            needs = [(int(c), float(demand[c])) for c in np.flatnonzero(demand)]
+            self._demand_columns[id(demand)] = needs
+        return needs
+
     def _can_fill_blocks(self, tasks: Sequence[Task], mask: BoolArray) -> bool:
         """Under binpack a node that took a task only scores better, so the greedy
         task-by-task choice fills the best node before moving on: place in blocks."""
@@ -237,7 +246,7 @@ class Placer:
         """Bind blocks while nodes have room now; return the tasks still to place."""
         rest = list(tasks)
         idle = self.state.nodes.idle
-        need = [(int(c), float(rest[0].demand[c])) for c in np.flatnonzero(rest[0].demand)]
+        need = self._needs(rest[0].demand)
         while rest:
             node = self._first_in_buckets(rest[0])
             if node < 0:
