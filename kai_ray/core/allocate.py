@@ -97,9 +97,10 @@ def _place_surplus(ctx: CycleContext, job: Job, surplus: list[Task], action: str
 
 
 def _shape(job: Job, tasks: list[Task]) -> ShapeKey:
-    info = job.info
-    return (
-        tuple(t.info.request for t in tasks),
-        tuple(sorted(info.node_selector.items())),
-        info.topology,
-    )
+    """Jobs that fail to place the same way: equal requests share one demand array."""
+    demand = tasks[0].demand
+    if all(t.demand is demand for t in tasks):
+        shapes: object = (id(demand), len(tasks))
+    else:
+        shapes = tuple(id(t.demand) for t in tasks)
+    return (shapes, job.selector, job.info.topology)

@@ -148,6 +148,7 @@ class Job:
     order: int  # position in the snapshot, the last tie-break
     tasks: list[Task] = field(default_factory=list)
     active_count: int = 0  # tasks counting toward the gang; kept by the Statement
+    selector: tuple[tuple[str, str], ...] = ()  # node selector, sorted: a cache key
 
     @property
     def name(self) -> str:
@@ -237,6 +238,8 @@ class _Builder:
                 state.invalid[info.name] = reason
                 continue
             job = Job(info=info, queue=tree.index[info.queue], order=order)
+            if info.node_selector:
+                job.selector = tuple(sorted(info.node_selector.items()))
             for i, t in enumerate(info.tasks):
                 job.tasks.append(self._task(job, i, t))
             job.active_count = sum(1 for t in job.tasks if t.status in _ACTIVE)

@@ -66,7 +66,7 @@ class _Searches:
             info.priority,
             info.preemptible,
             shapes,
-            tuple(sorted(info.node_selector.items())),
+            job.selector,
             info.topology,
         )
 
@@ -259,7 +259,7 @@ def consolidate(ctx: CycleContext) -> None:
     while (job := order.next_job()) is not None:
         gang = _missing(job)
         if gang and job.info.preemptible and _fits_in_total(ctx, job, gang):
-            key = (tuple(t.info.request for t in gang), tuple(sorted(job.info.node_selector.items())))
+            key = (tuple(id(t.demand) for t in gang), job.selector)
             if key not in tried and not _consolidate_for(ctx, job, gang):
                 tried.add(key)
         order.done(job)

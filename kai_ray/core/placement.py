@@ -43,7 +43,7 @@ class Placer:
 
     def base_mask(self, job: Job) -> BoolArray:
         """Schedulable nodes that match the job's node selector (cached per selector)."""
-        key = tuple(sorted(job.info.node_selector.items()))
+        key = job.selector
         mask = self._selector_masks.get(key)
         if mask is None:
             nodes = self.state.nodes
