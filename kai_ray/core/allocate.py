@@ -16,7 +16,7 @@ ShapeKey = tuple[object, ...]
 
 
 def allocate(ctx: CycleContext) -> None:
-    waiting = [j for j in ctx.state.jobs if j.pending()]
+    waiting = [j for j in ctx.state.jobs if j.active_count < len(j.tasks) and j.pending()]
     order = ctx.job_queues(waiting)
     # A gang that did not fit fails the same way for every job of the same shape: capacity
     # only shrinks during allocate, so remember the failure and skip the search.

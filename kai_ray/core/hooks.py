@@ -22,12 +22,19 @@ class ShareRows:
     fair_share: list[list[float]]
     allocatable: list[list[float]]
     total: list[float]
+    # Per queue, what a dominant share divides by: the allocatable share, or the cluster
+    # where that is 0, or a tiny number where nobody has the resource (use ranks last).
+    share_base: list[list[float]]
 
     @staticmethod
     def of(shares: FairShares, total: FloatArray) -> ShareRows:
-        return ShareRows(
-            shares.deserved.tolist(), shares.fair_share.tolist(), shares.allocatable.tolist(), total.tolist()
-        )
+        allocatable = shares.allocatable.tolist()
+        totals = total.tolist()
+        base = [
+            [a if a > 1e-9 else (t if t > 1e-9 else 1e-300) for a, t in zip(row, totals, strict=True)]
+            for row in allocatable
+        ]
+        return ShareRows(shares.deserved.tolist(), shares.fair_share.tolist(), allocatable, totals, base)
 
 
 @dataclass(frozen=True, slots=True)

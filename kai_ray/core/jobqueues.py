@@ -37,9 +37,9 @@ class JobQueues:
         # Per leaf queue, a heap of (job key, arrival, job): a job may come back in line.
         self.waiting: dict[int, list[tuple[Any, int, Job]]] = {}
         self._arrival = 0
-        for job in sorted(jobs, key=job_key):
-            self._arrival += 1
-            self.waiting.setdefault(job.queue, []).append((job_key(job), self._arrival, job))
+        for key, job in sorted(((job_key(j), j) for j in jobs), key=lambda kj: kj[0]):
+            self._arrival += 1  # ascending keys in arrival order: each list is a valid heap
+            self.waiting.setdefault(job.queue, []).append((key, self._arrival, job))
         self.heaps: dict[int, list[tuple[Any, int, int, int]]] = {}
         self.version = [0] * len(tree)
         self.head: dict[int, Job] = {}

@@ -85,30 +85,23 @@ QueueRank = tuple[tuple[bool, bool, int, bool, float, float], TieBreak]
 
 
 def queue_rank(state: ClusterState, rows: ShareRows, q: int, job_amount: Sequence[float]) -> QueueRank:
-    allocated = state.usage.allocated[q]
-    allocatable, fair, deserved = rows.allocatable[q], rows.fair_share[q], rows.deserved[q]
-    a0, a1, a2 = allocated
-    with_job = [a0 + job_amount[0], a1 + job_amount[1], a2 + job_amount[2]]
+    # Runs for every job tried (twice in a two-level tree): plain float arithmetic.
+    a0, a1, a2 = state.usage.allocated[q]
+    j0, j1, j2 = job_amount
+    w0, w1, w2 = a0 + j0, a1 + j1, a2 + j2
+    fair, deserved, allocatable = rows.fair_share[q], rows.deserved[q], rows.allocatable[q]
+    b0, b1, b2 = rows.share_base[q]
     over = a0 > fair[0] + EPS and a1 > fair[1] + EPS and a2 > fair[2] + EPS
-    starved = (
-        with_job[0] <= deserved[0] + EPS
-        and with_job[1] <= deserved[1] + EPS
-        and with_job[2] <= deserved[2] + EPS
-    )
+    starved = w0 <= deserved[0] + EPS and w1 <= deserved[1] + EPS and w2 <= deserved[2] + EPS
     zero_share = (
-        (allocatable[0] <= EPS and with_job[0] > EPS)
-        or (allocatable[1] <= EPS and with_job[1] > EPS)
-        or (allocatable[2] <= EPS and with_job[2] > EPS)
+        (allocatable[0] <= EPS and w0 > EPS)
+        or (allocatable[1] <= EPS and w1 > EPS)
+        or (allocatable[2] <= EPS and w2 > EPS)
     )
-    share_with = share_without = 0.0
-    for r in (0, 1, 2):
-        base = allocatable[r] if allocatable[r] > EPS else rows.total[r]
-        if base <= EPS:
-            base = 1e-300  # a resource nobody has: any use of it ranks last
-        if with_job[r] > EPS and with_job[r] / base > share_with:
-            share_with = with_job[r] / base
-        if allocated[r] > EPS and allocated[r] / base > share_without:
-            share_without = allocated[r] / base
+    share_with = max(w0 / b0 if w0 > EPS else 0.0, w1 / b1 if w1 > EPS else 0.0, w2 / b2 if w2 > EPS else 0.0)
+    share_without = max(
+        a0 / b0 if a0 > EPS else 0.0, a1 / b1 if a1 > EPS else 0.0, a2 / b2 if a2 > EPS else 0.0
+    )
     key = (over, not starved, -state.tree.priority[q], zero_share, share_with, share_without)
     return key, TieBreak(allocatable, q)
 

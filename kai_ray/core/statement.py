@@ -84,15 +84,16 @@ class Statement:
         nodes.changed(node)
         amount = self.state.queue_amount(tasks[0], node) * len(tasks)
         self.state.usage.add(job.queue, amount, not job.info.preemptible)
-        previous = [(t.status, t.node, t.device, t.placed_by) for t in tasks]
+        binding, pending = TaskStatus.BINDING, TaskStatus.PENDING
         for t in tasks:
-            t.status, t.node, t.device, t.placed_by = TaskStatus.BINDING, node, -1, action
+            assert t.status is pending, "blocks are placed from pending tasks only"
+            t.status, t.node, t.placed_by = binding, node, action
         job.active_count += len(tasks)
 
         def undo() -> None:
             job.active_count -= len(tasks)
-            for t, before in zip(tasks, previous, strict=True):
-                t.status, t.node, t.device, t.placed_by = before
+            for t in tasks:
+                t.status, t.node, t.device, t.placed_by = pending, -1, -1, ""
             self.state.usage.add(job.queue, amount, not job.info.preemptible, sign=-1.0)
             nodes.idle[node] += total
             nodes.changed(node)
