@@ -20,29 +20,34 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     kinds = bench.add_subparsers(dest="bench_kind", required=True)
 
     cycle = kinds.add_parser("cycle", help="full cycles on a synthetic cluster")
-    cycle.add_argument("--nodes", type=int, default=1000)
-    cycle.add_argument("--gpus-per-node", type=int, default=8)
+    _cluster_size(cycle)
     cycle.add_argument("--pending", type=int, default=5000, help="pending tasks")
     cycle.add_argument("--gang-size", type=int, default=8)
     cycle.add_argument("--queues", type=int, default=50, help="leaf queues")
-    cycle.add_argument("--repeat", type=int, default=5)
-    cycle.add_argument("--actions", default="allocate", help="comma list, or 'all'")
-    cycle.add_argument("--json", action="store_true")
+    _runs(cycle, default_actions="allocate")
     cycle.set_defaults(func=_run_cycle)
 
     for mode in ("reclaim", "preempt"):
         p = kinds.add_parser(mode, help=f"the cycle that {mode}s for a 64-GPU gang")
-        p.add_argument("--nodes", type=int, default=1000)
-        p.add_argument("--gpus-per-node", type=int, default=8)
+        _cluster_size(p)
         p.add_argument("--gang-gpus", type=int, default=64)
-        p.add_argument("--repeat", type=int, default=5)
-        p.add_argument("--actions", default="all", help="comma list, or 'all'")
-        p.add_argument("--json", action="store_true")
+        _runs(p, default_actions="all")
         p.set_defaults(func=_run_eviction, mode=mode)
 
     ray_bench = kinds.add_parser("ray", help="admission latency through a real local Ray cluster")
     ray_bench.add_argument("--json", action="store_true")
     ray_bench.set_defaults(func=_run_ray)
+
+
+def _cluster_size(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--nodes", type=int, default=1000)
+    p.add_argument("--gpus-per-node", type=int, default=8)
+
+
+def _runs(p: argparse.ArgumentParser, default_actions: str) -> None:
+    p.add_argument("--repeat", type=int, default=5, help="cycles to time (p50 and max reported)")
+    p.add_argument("--actions", default=default_actions, help="comma list, or 'all'")
+    p.add_argument("--json", action="store_true")
 
 
 def _print(result: dict[str, Any], as_json: bool) -> int:
@@ -58,29 +63,16 @@ def _print(result: dict[str, Any], as_json: bool) -> int:
 def _run_cycle(args: argparse.Namespace) -> int:
     from kai_ray.bench.run import bench_cycle
 
-    result = bench_cycle(
-        args.nodes,
-        args.gpus_per_node,
-        args.pending,
-        args.gang_size,
-        args.queues,
-        repeat=args.repeat,
-        actions=_actions(args.actions),
-    )
+    sizes = (args.nodes, args.gpus_per_node, args.pending, args.gang_size, args.queues)
+    result = bench_cycle(*sizes, repeat=args.repeat, actions=_actions(args.actions))
     return _print(result, args.json)
 
 
 def _run_eviction(args: argparse.Namespace) -> int:
     from kai_ray.bench.run import bench_eviction
 
-    result = bench_eviction(
-        args.mode,
-        args.nodes,
-        args.gpus_per_node,
-        args.gang_gpus,
-        repeat=args.repeat,
-        actions=_actions(args.actions),
-    )
+    sizes = (args.nodes, args.gpus_per_node, args.gang_gpus)
+    result = bench_eviction(args.mode, *sizes, repeat=args.repeat, actions=_actions(args.actions))
     return _print(result, args.json)
 
 
