@@ -1,0 +1,123 @@
+"""What a workload sees of the scheduler from the inside: who it is, whether it is being
+preempted (time to checkpoint), and the reservation to put its work in."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, cast
+
+import ray
+from ray.experimental import internal_kv
+from ray.util.placement_group import PlacementGroup, get_current_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from kai_ray.ray.backend import GROUP_PREFIX, KV_NAMESPACE, notice_key
+from kai_ray.ray.jobs import ENV_GROUP, ENV_PLACEMENT, ENV_WORKLOAD
+
+__all__ = [
+    "current_workload",
+    "group_by_id",
+    "notice_for",
+    "preemption_notice",
+    "reservation_placement",
+    "reservation_strategy",
+    "train_scaling_config",
+    "worker_strategies",
+]
+
+_by_group: dict[str, str | None] = {}  # placement group id -> workload id, per process
+
+
+def current_workload() -> str | None:
+    """The workload this code runs for: the body's process, a Ray job we submitted, or
+    any task or actor inside the workload's placement group."""
+    wid = os.environ.get(ENV_WORKLOAD)
+    if wid:
+        return wid
+    pg = get_current_placement_group() if ray.is_initialized() else None
+    if pg is None:
+        return None
+    key = pg.id.hex()
+    if key not in _by_group:
+        from ray.util.placement_group import placement_group_table
+
+        name = placement_group_table(pg).get("name", "")
+        parts = name[len(GROUP_PREFIX):].split("/") if name.startswith(GROUP_PREFIX) else []
+        _by_group[key] = parts[0] if parts else None
+    return _by_group[key]
+
+
+def group_by_id(group_id: str) -> PlacementGroup:
+    """A placement group from its hex id (lookups by name only work in the namespace of
+    the scheduler's creator)."""
+    from ray._raylet import PlacementGroupID
+
+    return PlacementGroup(PlacementGroupID(bytes.fromhex(group_id)))
+
+
+def notice_for(wid: str) -> dict[str, Any] | None:
+    raw = internal_kv._internal_kv_get(notice_key(wid), namespace=KV_NAMESPACE)
+    return None if raw is None else dict(json.loads(raw))
+
+
+def preemption_notice() -> dict[str, Any] | None:
+    """None while the workload may keep running; else {"reason", "deadline" (epoch
+    seconds), "attempt"}: checkpoint now, the reservation goes at the deadline."""
+    wid = current_workload()
+    return notice_for(wid) if wid else None
+
+
+def reservation_strategy(bundle_index: int = -1) -> PlacementGroupSchedulingStrategy | None:
+    """Inside a Ray job admitted by `kai-ray job submit`: a strategy that puts tasks and
+    actors into the job's reservation (None when not running under kai-ray)."""
+    group_id = os.environ.get(ENV_GROUP)
+    pg = group_by_id(group_id) if group_id else get_current_placement_group()
+    if pg is None:
+        return None
+    return PlacementGroupSchedulingStrategy(pg, bundle_index, placement_group_capture_child_tasks=True)
+
+
+def reservation_placement() -> dict[str, Any] | None:
+    """Inside a job admitted by kai-ray: {"nodes": node id per worker,
+    "resources_per_worker", "handed_off"}; None outside one."""
+    raw = os.environ.get(ENV_PLACEMENT)
+    return None if raw is None else dict(json.loads(raw))
+
+
+def train_scaling_config(**overrides: Any) -> Any:
+    """A Ray Train ScalingConfig for the workers this job was admitted with, each pinned
+    (by label selector) to the node kai-ray accounted it on. For `--handoff` jobs."""
+    from ray.train import ScalingConfig
+
+    placement = reservation_placement()
+    if placement is None:
+        raise RuntimeError("not inside a job admitted by kai-ray (KAI_RAY_PLACEMENT unset)")
+    resources = dict(placement["resources_per_worker"])
+    gpus = resources.pop("GPU", 0)
+    cfg: dict[str, Any] = {
+        "num_workers": len(placement["nodes"]),
+        "use_gpu": gpus > 0,
+        "resources_per_worker": {**resources, **({"GPU": gpus} if gpus else {})},
+        "label_selector": [{"ray.io/node-id": n} for n in placement["nodes"]],
+    }
+    return ScalingConfig(**{**cfg, **overrides})
+
+
+def worker_strategies() -> list[PlacementGroupSchedulingStrategy]:
+    """Inside a workload: a scheduling strategy per admitted worker that is ready, the
+    gang's first, then elastic surplus workers. Call it again to see the workload grow
+    or shrink; work on a surplus worker may be taken back (after a notice, see
+    preemption_notice) when another queue needs the capacity."""
+    from kai_ray.ray.actor import NAMESPACE, SCHEDULER_NAME
+
+    wid = current_workload()
+    if wid is None:
+        return []
+    ref: Any = ray.get_actor(SCHEDULER_NAME, namespace=NAMESPACE).info.remote(wid)
+    info = cast(dict[str, Any], ray.get(ref))
+    return [
+        PlacementGroupSchedulingStrategy(group_by_id(s["group_id"]), s["bundle"],
+                                         placement_group_capture_child_tasks=True)
+        for s in info["slots"] if s["ready"] and s["group_id"]
+    ]

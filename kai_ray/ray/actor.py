@@ -1,0 +1,359 @@
+"""The scheduler actor: a detached, named, restartable Ray actor around SchedulerEngine.
+
+It is an async actor so that thousands of callers can wait for admission at once without
+a thread each. All engine work runs on the actor's event loop, one piece at a time, so the
+engine needs no locks. A cycle runs when something changed (a submission, a finish, a
+cancel) and at a short period (node changes, deadlines, timeouts); a placement group
+becoming ready wakes only the cheap progress pass, which keeps admission latency low.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+from typing import Any
+
+import ray
+
+from kai_ray.core import Pipeline, QueueInfo, SchedulerConfig
+from kai_ray.ray.backend import KVStore, RayPlacementBackend
+from kai_ray.ray.engine import SchedulerEngine, SubmitError, queue_from_json
+from kai_ray.ray.workload import TERMINAL, State, WorkloadSpec
+
+__all__ = ["NAMESPACE", "SCHEDULER_NAME", "SchedulerActor", "get_or_start_scheduler"]
+
+log = logging.getLogger(__name__)
+
+SCHEDULER_NAME = "kai-ray-scheduler"
+NAMESPACE = "kai-ray"
+PERIOD_S = 0.5
+NODE_REFRESH_S = 1.0
+NODE_STALE_S = 5.0
+REUSE_DELAY_S = 0.2
+REAP_S = 5.0  # how often drivers that exited are looked for
+# Without a queue file: one queue that may use the whole cluster.
+DEFAULT_QUEUE = QueueInfo("default", quota=(-1.0, -1.0, -1.0))
+
+
+@ray.remote(num_cpus=0, max_retries=0)
+def _probe_gpus() -> list[dict[str, Any]]:
+    from kai_ray.ray.gpus import local_gpus
+
+    return local_gpus()
+
+
+class _ReadyWatchingBackend(RayPlacementBackend):
+    """Tells the actor when a group it created becomes ready, so it need not poll."""
+
+    def __init__(self, on_created: Any) -> None:
+        super().__init__()
+        self._on_created = on_created
+
+    def _created(self, name: str, ready_ref: Any) -> None:
+        self._on_created(name, ready_ref)
+
+
+@ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1, max_concurrency=10_000)
+class SchedulerActor:
+    def __init__(
+        self, queues: list[dict[str, Any]], config: dict[str, Any] | None = None,
+        period_s: float = PERIOD_S,
+    ) -> None:
+        logging.basicConfig(level=logging.INFO)
+        cfg = SchedulerConfig(**config) if config else SchedulerConfig()
+        self.backend = _ReadyWatchingBackend(self._watch_ready)
+        from kai_ray.ray.jobs import RayJobRunner  # the Jobs SDK is only needed here
+
+        infos = [queue_from_json(q) for q in queues] or [DEFAULT_QUEUE]
+        self.engine = SchedulerEngine(self.backend, KVStore(), infos, cfg, jobs=RayJobRunner())
+        self.engine.load(time.time())  # after a restart: state back, reconciled with Ray
+        self.period_s = period_s
+        self._waiters: dict[str, list[asyncio.Event]] = {}
+        self._wake: asyncio.Event | None = None
+        self._nodes_at = 0.0
+        self._started_at = time.time()
+        self._metrics: Any = None
+        self._probed: set[str] = set()
+        self._reaped_at = 0.0
+        # The event loop is not running yet inside __init__: start the loop by a call.
+        ray.get_runtime_context().current_actor.start.remote()
+
+    # ------------------------------------------------------------ the loop
+
+    async def start(self) -> bool:
+        if self._wake is None:
+            self._wake = asyncio.Event()
+            asyncio.get_running_loop().create_task(self._loop())
+        return True
+
+    async def _loop(self) -> None:
+        from kai_ray.ray.metrics import SchedulerMetrics
+
+        self._metrics = SchedulerMetrics()
+        assert self._wake is not None
+        while True:
+            deadline = self.engine.next_deadline()
+            timeout = self.period_s if deadline is None else min(
+                self.period_s, max(0.0, deadline - time.time()))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=timeout)
+            kicked = self._wake.is_set()
+            self._wake.clear()
+            try:
+                self._step(kicked)
+            except Exception:  # one bad cycle must not stop the scheduler
+                log.exception("scheduling cycle failed")
+            await asyncio.sleep(0)
+
+    def _step(self, kicked: bool = False) -> None:
+        now = time.time()
+        # A step woken by a submission or a finish is on someone's admission path: it
+        # uses the node view of the last periodic step unless that one is quite old.
+        refresh = now - self._nodes_at > (NODE_STALE_S if kicked else NODE_REFRESH_S)
+        if refresh:
+            self._nodes_at = now
+        result = self.engine.step(now, refresh_nodes=refresh)
+        self._notify()
+        if refresh:
+            self._probe_new_nodes()
+        if now - self._reaped_at > REAP_S:
+            self._reaped_at = now
+            self._reap()
+        if any(isinstance(d, Pipeline) for d in result.decisions):
+            # Placed on capacity being released: try again once Ray has it back (Ray
+            # re-uses capacity freed a moment ago only after a ~1 s retry back-off).
+            asyncio.get_running_loop().call_later(REUSE_DELAY_S, self._kick)
+        if self._metrics is not None:
+            self._metrics.record(self.engine)
+
+    def _probe_new_nodes(self) -> None:
+        """NVML on each new GPU node, once: model and memory per device."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        from kai_ray.ray.gpus import summarize
+
+        for node in self.engine.nodes.values():
+            if node.gpus == 0 or node.name in self._probed:
+                continue
+            self._probed.add(node.name)
+            ref = _probe_gpus.options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node.name, soft=False)
+            ).remote()
+
+            async def record(ref: Any = ref, node_id: str = node.name) -> None:
+                try:
+                    found = summarize(await asyncio.wait_for(ref, timeout=60))
+                except Exception as exc:  # a node that went away, a broken driver
+                    log.warning("GPU discovery on %s failed: %s", node_id[:12], exc)
+                    return
+                if found:
+                    self.engine.gpu_devices[node_id] = found
+                    self._nodes_at = 0.0  # rebuild node info with it on the next step
+
+            asyncio.get_running_loop().create_task(record())
+
+    def _reap(self) -> None:
+        """Workloads of drivers that exited are cancelled (see SchedulerEngine.reap_orphans)."""
+        from ray._private.state import state
+
+        try:
+            dead = {j["JobID"] for j in state.job_table() if j.get("IsDead")}
+        except Exception as exc:  # the GCS is busy or restarting: try again later
+            log.debug("job table: %s", exc)
+            return
+        if self.engine.reap_orphans(dead, time.time()):
+            self.engine.flush()
+            self._notify()
+
+    def _kick(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    def _watch_ready(self, group: str, ref: Any) -> None:
+        async def wait() -> None:
+            try:
+                await ref
+            except Exception:  # removed before ready: the engine finds out by itself
+                return
+            # Running is persisted by the next cycle: a restart before that finds the
+            # group alive and marks it Running again.
+            self.engine.group_ready(group, time.time())
+            self._notify()
+
+        asyncio.get_running_loop().create_task(wait())
+
+    def _notify(self) -> None:
+        for wid in self.engine.changed:
+            for ev in self._waiters.pop(wid, []):
+                ev.set()
+        self.engine.changed.clear()
+
+    # ------------------------------------------------------------ workloads
+
+    async def submit(self, wid: str, spec: dict[str, Any], persist: bool = True) -> dict[str, Any]:
+        try:
+            self.engine.submit(wid, WorkloadSpec(**spec), time.time())
+        except SubmitError as exc:
+            return {"submit_error": str(exc)}
+        if persist:
+            self.engine.flush()  # persisted before the caller hears back
+        self._kick()
+        return self.engine.info(wid)
+
+    async def submit_many(self, items: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+        """Queue several at once: the next cycle sees them all (no first-come advantage)."""
+        out = []
+        now = time.time()
+        for wid, spec in items:
+            try:
+                self.engine.submit(wid, WorkloadSpec(**spec), now)
+                out.append({"id": wid})
+            except SubmitError as exc:
+                out.append({"id": wid, "submit_error": str(exc)})
+        self.engine.flush()
+        self._kick()
+        return out
+
+    async def admit(
+        self, wid: str, spec: dict[str, Any], timeout: float | None = None
+    ) -> dict[str, Any]:
+        """submit + wait for Running in one round trip (the lowest admission latency)."""
+        # No write here: the caller hears back only once it runs, and the write-ahead
+        # before its group is created persists it; a crash before that retries this call.
+        info = await self.submit(wid, spec, persist=False)
+        if "submit_error" in info:
+            return info
+        return await self.wait(wid, [State.RUNNING.value], timeout)
+
+    async def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for w in self.engine.workloads.values():
+            out[w.state.value] = out.get(w.state.value, 0) + 1
+        return out
+
+    async def wait(
+        self, wid: str, states: list[str], timeout: float | None = None
+    ) -> dict[str, Any]:
+        """Return once the workload is in one of `states` (or finished), or at the timeout."""
+        wanted = {State(s) for s in states} | TERMINAL
+        deadline = None if timeout is None else time.time() + timeout
+        while self.engine.workloads[wid].state not in wanted:
+            left = None if deadline is None else deadline - time.time()
+            if left is not None and left <= 0:
+                break
+            ev = asyncio.Event()
+            self._waiters.setdefault(wid, []).append(ev)
+            try:
+                await asyncio.wait_for(ev.wait(), timeout=left)
+            except TimeoutError:
+                break
+        return self.engine.info(wid)
+
+    async def info(self, wid: str) -> dict[str, Any]:
+        return self.engine.info(wid)
+
+    async def list_workloads(self, include_finished: bool = True) -> list[dict[str, Any]]:
+        ws = self.engine.workloads.values()
+        return [
+            {k: v for k, v in self.engine.info(w.id).items() if k != "history"}
+            for w in ws if include_finished or not w.terminal
+        ]
+
+    async def cancel(self, wid: str) -> dict[str, Any]:
+        self.engine.cancel(wid, time.time())
+        self.engine.flush()
+        self._notify()
+        self._kick()
+        return self.engine.info(wid)
+
+    async def finish(self, wid: str, attempt: int, ok: bool, error: str = "") -> dict[str, Any]:
+        self.engine.finish(wid, attempt, ok, error, time.time())
+        self.engine.flush()
+        self._notify()
+        self._kick()
+        return self.engine.info(wid)
+
+    async def register_runner(self, wid: str, attempt: int, node: str, pid: int) -> bool:
+        ok = self.engine.register_runner(wid, attempt, node, pid)
+        self.engine.flush()
+        return ok
+
+    async def placement(self, wid: str) -> dict[str, Any]:
+        """The groups a running workload holds (gang first, then elastic surplus)."""
+        info = self.engine.info(wid)
+        return {"state": info["state"], "attempt": info["attempt"], "groups": info["groups"],
+                "gang_group": info["group"]}
+
+    # ------------------------------------------------------------ queues and views
+
+    async def apply_queues(self, queues: list[dict[str, Any]]) -> list[str]:
+        infos = [queue_from_json(q) for q in queues]
+        self.engine.set_queues(infos)
+        self._kick()
+        return [q.name for q in infos]
+
+    async def queues(self) -> list[dict[str, Any]]:
+        return [self._queue_row(q) for q in self.engine.queues]
+
+    def _queue_row(self, q: QueueInfo) -> dict[str, Any]:
+        st = self.engine.queue_status.get(q.name)
+        ws = [w for w in self.engine.workloads.values() if w.spec.queue == q.name]
+        return {
+            **dataclasses.asdict(q),
+            "deserved": list(st.deserved) if st else None,
+            "fair_share": list(st.fair_share) if st else None,
+            "allocated": list(st.allocated) if st else None,
+            "requested": list(st.requested) if st else None,
+            "pending": sum(w.state is State.QUEUED for w in ws),
+            "running": sum(w.state in (State.RUNNING, State.ADMITTING, State.PREEMPTING)
+                           for w in ws),
+        }
+
+    async def explain(self, wid: str) -> dict[str, Any]:
+        info = self.engine.info(wid)
+        queue = next((q for q in self.engine.queues if q.name == info["queue"]), None)
+        info["queue_status"] = self._queue_row(queue) if queue else None
+        return info
+
+    async def status(self) -> dict[str, Any]:
+        nodes = [
+            {"id": n.name, "gpus": n.gpus, "cpu": n.cpu, "memory": n.memory,
+             "gpu_model": n.gpu_model, "gpu_memory": n.gpu_memory,
+             "labels": {k: v for k, v in n.labels.items() if k != "ray.io/node-id"}}
+            for n in self.engine.nodes.values()
+        ]
+        counts: dict[str, int] = {}
+        for w in self.engine.workloads.values():
+            counts[w.state.value] = counts.get(w.state.value, 0) + 1
+        return {"nodes": nodes, "workloads": counts, "queues": await self.queues(),
+                "uptime_s": time.time() - self._started_at}
+
+    async def ping(self) -> float:
+        return time.time()
+
+
+def get_or_start_scheduler(
+    queues: list[QueueInfo] | None = None, config: SchedulerConfig | None = None
+) -> Any:
+    """The running scheduler actor, or a new one (detached: it outlives this driver).
+    Started on the head node, which a cluster keeps for as long as it lives."""
+    try:
+        return ray.get_actor(SCHEDULER_NAME, namespace=NAMESPACE)
+    except ValueError:
+        pass
+    cfg = None
+    if config is not None:
+        cfg = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
+               if f.name != "topologies"}
+    handle = SchedulerActor.options(  # type: ignore[attr-defined]
+        name=SCHEDULER_NAME,
+        namespace=NAMESPACE,
+        lifetime="detached",
+        get_if_exists=True,
+        resources={"node:__internal_head__": 0.001},
+    ).remote([dataclasses.asdict(q) for q in (queues or [])], cfg)
+    ray.get(handle.ping.remote())
+    return handle

@@ -1,0 +1,49 @@
+"""What the scheduler refuses at submission, with the field and the fix in the message.
+
+Checked before anything is queued, so a bad request never disturbs admitted work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kai_ray.core import NodeInfo, QueueInfo
+from kai_ray.ray.translate import largest_fit, parse_resources, request_for
+from kai_ray.ray.workload import WorkloadSpec
+
+__all__ = ["STRATEGIES", "SubmitError", "validate_spec"]
+
+STRATEGIES = frozenset({"PACK", "SPREAD", "STRICT_PACK"})
+
+
+class SubmitError(ValueError):
+    """A workload the scheduler refuses; the message names the field and the fix."""
+
+
+def validate_spec(spec: WorkloadSpec, queues: Sequence[QueueInfo], nodes: Sequence[NodeInfo]) -> None:
+    """Raise SubmitError for an unknown or non-leaf queue, bad sizes or strategy, a job
+    without a command, or a worker no node could hold even when empty. Normalises
+    spec.resources_per_worker (quantities such as "16Gi" become numbers)."""
+    parents = {q.parent for q in queues}
+    if spec.queue not in {q.name for q in queues}:
+        known = ", ".join(q.name for q in queues if q.name not in parents)
+        raise SubmitError(f"queue {spec.queue!r} does not exist; use one of: {known} "
+                          "(or add it with `kai-ray queue apply`)")
+    if spec.queue in parents:
+        raise SubmitError(f"queue {spec.queue!r} has child queues; submit to a leaf queue")
+    if spec.workers < 1 or not 0 <= spec.min_workers <= spec.workers:
+        raise SubmitError(f"workers={spec.workers}, min_workers={spec.min_workers}: need "
+                          "workers >= 1 and 0 <= min_workers <= workers")
+    if spec.strategy not in STRATEGIES:
+        raise SubmitError(f"strategy={spec.strategy!r}: use one of {sorted(STRATEGIES)}")
+    if spec.kind == "job" and not spec.entrypoint.strip():
+        raise SubmitError("a job needs an entrypoint command")
+    if spec.handoff and spec.kind != "job":
+        raise SubmitError("handoff applies to jobs (`kai-ray job submit --handoff`)")
+    try:
+        spec.resources_per_worker = parse_resources(spec.resources_per_worker)
+    except ValueError as exc:
+        raise SubmitError(str(exc)) from None
+    why = largest_fit(request_for(spec.resources_per_worker), nodes)
+    if why:
+        raise SubmitError(why)

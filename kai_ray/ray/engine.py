@@ -1,0 +1,507 @@
+"""The scheduler's state machine: workloads in, the core's decisions out, through narrow
+interfaces. No Ray import here: the actor wires in Ray's backend, the unit tests fakes.
+
+One `step(now)` = progress (groups that became ready or timed out, grace periods that
+ran out, lost nodes, finished jobs), then one core cycle on a snapshot of the cluster and
+the workload table, then the decisions applied. Changes are written to the store before
+the Ray side effect they lead to (write-ahead), so a restart never admits twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from kai_ray.core import (
+    Bind,
+    ClusterSnapshot,
+    CycleResult,
+    Evict,
+    NodeInfo,
+    Pipeline,
+    QueueInfo,
+    QueueStatus,
+    SchedulerConfig,
+    Topology,
+    run_cycle,
+)
+from kai_ray.core.queues import build_queue_tree
+from kai_ray.ray.checks import SubmitError, validate_spec
+from kai_ray.ray.ports import GROUP_PREFIX, JobRunner, PlacementBackend, Store
+from kai_ray.ray.translate import (
+    NODE_ID_LABEL,
+    NODE_TOPOLOGY,
+    bundle_for,
+    job_info,
+    node_info,
+    request_for,
+)
+from kai_ray.ray.workload import TERMINAL, Slot, State, Workload, WorkloadSpec
+
+__all__ = ["OWNER_JOB_KEY", "SchedulerEngine", "SubmitError", "queue_from_json"]
+
+log = logging.getLogger(__name__)
+CycleFn = Callable[[ClusterSnapshot, SchedulerConfig, float], CycleResult]
+KEEP_FINISHED = 2000  # finished workloads kept for status queries
+OWNER_JOB_KEY = "kai-ray/owner-job"  # spec.metadata: the Ray job id of the submitting driver
+
+
+class SchedulerEngine:
+    def __init__(
+        self,
+        backend: PlacementBackend,
+        store: Store,
+        queues: list[QueueInfo],
+        config: SchedulerConfig | None = None,
+        jobs: JobRunner | None = None,
+        cycle: CycleFn = run_cycle,
+    ) -> None:
+        build_queue_tree(queues)  # raises QueueTreeError on a bad tree
+        self.backend, self.store, self.jobs, self._cycle = backend, store, jobs, cycle
+        self.queues = list(queues)
+        config = config or SchedulerConfig()
+        topologies = {**config.topologies, NODE_TOPOLOGY: Topology(NODE_TOPOLOGY, (NODE_ID_LABEL,))}
+        self.config = dataclasses.replace(config, topologies=topologies)
+        self.workloads: dict[str, Workload] = {}
+        self.queue_status: dict[str, QueueStatus] = {}
+        self.positions: dict[str, tuple[int, int]] = {}
+        self.nodes: dict[str, NodeInfo] = {}
+        self.gpu_devices: dict[str, dict[str, Any]] = {}  # node -> NVML facts
+        self.changed: set[str] = set()  # state changed since the actor last looked
+        self.events: list[tuple[str, str, float]] = []  # (kind, queue, value) for metrics
+        self._dirty: set[str] = set()
+
+    # ------------------------------------------------------------ lifecycle
+
+    def load(self, now: float) -> None:
+        """Rebuild from the store, then make it agree with the live placement groups."""
+        workloads, queues = self.store.load()
+        if queues is not None:
+            self.queues = [queue_from_json(q) for q in queues]
+        for data in workloads:
+            w = Workload.from_json(data)
+            self.workloads[w.id] = w
+        self.refresh_nodes()
+        self.reconcile(now)
+
+    def reconcile(self, now: float) -> None:
+        live = self.backend.live_groups()
+        owned: set[str] = set()
+        for w in self.workloads.values():
+            if w.state not in (State.ADMITTING, State.RUNNING, State.PREEMPTING):
+                continue
+            missing = set() if w.handed_off else w.groups() - live.keys()
+            if missing:
+                self._stop(w)
+                self._move(w, State.QUEUED, now, f"placement group {sorted(missing)[0]} was "
+                           "lost while the scheduler restarted; re-queued")
+            else:
+                owned |= w.groups()
+        for name in live.keys() - owned:  # created but never recorded, or left over
+            log.info("removing orphan placement group %s", name)
+            self.backend.remove(name)
+
+    def refresh_nodes(self) -> None:
+        raw = self.backend.nodes()
+        # Bundles of our own workloads are sized on the nodes as Ray reports them.
+        self.nodes = {n["NodeID"]: node_info(n, self.gpu_devices.get(n["NodeID"])) for n in raw}
+        foreign = self._foreign_usage(raw, self.backend.available())
+        self.nodes = {
+            n["NodeID"]: node_info(n, self.gpu_devices.get(n["NodeID"]), foreign.get(n["NodeID"]))
+            for n in raw
+        }
+
+    def _foreign_usage(
+        self, raw: list[dict[str, Any]], available: dict[str, dict[str, float]]
+    ) -> dict[str, dict[str, float]]:
+        """Per node, what Ray has handed out minus what kai-ray's own workloads hold there:
+        other schedulers' and users' work, which the core must not offer again. Our
+        groups count as ours from the moment they are recorded, ready or not, so that the
+        estimate errs towards less capacity, never towards double booking."""
+        ours: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        for w in self.workloads.values():
+            if w.state in (State.ADMITTING, State.RUNNING, State.PREEMPTING) and w.slots:
+                request = request_for(w.spec.resources_per_worker)
+                for s in w.slots.values():
+                    node = self.nodes.get(s.node)
+                    bundle = bundle_for(request, node) if node else {}
+                    for name, amount in bundle.items():
+                        ours[s.node][name] += amount
+        out: dict[str, dict[str, float]] = {}
+        for n in raw:
+            nid, total = n["NodeID"], n.get("Resources", {})
+            free = available.get(nid)
+            if free is None:
+                continue
+            used = {k: total[k] - free.get(k, 0.0) - ours[nid].get(k, 0.0)
+                    for k in ("CPU", "GPU", "memory") if k in total}
+            out[nid] = {k: v for k, v in used.items() if v > 1e-6}
+        return out
+
+    def flush(self) -> None:
+        for wid in sorted(self._dirty):
+            w = self.workloads.get(wid)
+            if w is None:
+                self.store.delete(wid)
+            else:
+                self.store.save(w.to_json())
+        self._dirty.clear()
+
+    # ------------------------------------------------------------ requests
+
+    def submit(self, wid: str, spec: WorkloadSpec, now: float) -> Workload:
+        """Queue a workload. Idempotent by id: a retried call returns the first one."""
+        if wid in self.workloads:
+            return self.workloads[wid]
+        self.validate(spec)
+        w = Workload(id=wid, spec=spec, created_at=now, since=now, queued_at=now)
+        w.history.append((now, "", State.QUEUED.value, "submitted"))
+        self.workloads[wid] = w
+        self._touch(w)
+        self._prune()
+        return w
+
+    def validate(self, spec: WorkloadSpec) -> None:
+        if not self.nodes:
+            self.refresh_nodes()
+        validate_spec(spec, self.queues, list(self.nodes.values()))
+
+    def cancel(self, wid: str, now: float, reason: str = "cancelled by the user") -> Workload:
+        w = self._get(wid)
+        if not w.terminal:
+            self._stop(w)
+            self._move(w, State.CANCELLED, now, reason)
+        return w
+
+    def finish(self, wid: str, attempt: int, ok: bool, error: str, now: float) -> Workload:
+        """The workload's code ended. A report from an attempt that was preempted since
+        is stale and ignored."""
+        w = self._get(wid)
+        if w.terminal or w.attempt != attempt or w.state not in (State.RUNNING, State.PREEMPTING):
+            return w
+        w.runner = None  # its body returned: the process is Ray's again, not ours to kill
+        self._stop(w)
+        w.error = error
+        self._move(w, State.SUCCEEDED if ok else State.FAILED, now,
+                   "finished" if ok else f"failed: {error}")
+        return w
+
+    def register_runner(self, wid: str, attempt: int, node: str, pid: int) -> bool:
+        """The process running the workload's code; False: that attempt is over (stop)."""
+        w = self._get(wid)
+        if w.attempt != attempt or w.state not in (State.RUNNING, State.ADMITTING):
+            return False
+        w.runner = {"node": node, "pid": pid}
+        self._touch(w, changed=False)
+        return True
+
+    def set_queues(self, queues: list[QueueInfo]) -> None:
+        """Replace the queue tree (validated first: a bad tree changes nothing)."""
+        build_queue_tree(queues)
+        self.queues = list(queues)
+        self.store.save_queues([dataclasses.asdict(q) for q in queues])
+
+    # ------------------------------------------------------------ the loop
+
+    def step(self, now: float, refresh_nodes: bool = True) -> CycleResult:
+        if refresh_nodes:
+            self.refresh_nodes()
+        self.progress(now)
+        result = self.cycle(now)
+        self.flush()
+        return result
+
+    def progress(self, now: float) -> None:
+        for w in list(self.workloads.values()):
+            if w.state is State.ADMITTING:
+                self._progress_admitting(w, now)
+            elif w.state is State.RUNNING:
+                self._progress_running(w, now)
+            elif w.state is State.PREEMPTING and w.deadline is not None and w.deadline <= now:
+                self._end_preemption(w, now)
+
+    def reap_orphans(self, dead_jobs: set[str], now: float) -> list[str]:
+        """Cancel function and block workloads whose submitting driver has exited: nobody
+        is left to run them or to report their end, and their reservation would hang."""
+        reaped = []
+        for w in list(self.workloads.values()):
+            owner = w.spec.metadata.get(OWNER_JOB_KEY)
+            if not w.terminal and w.spec.kind != "job" and owner in dead_jobs:
+                self.cancel(w.id, now, f"its driver (Ray job {owner}) exited")
+                reaped.append(w.id)
+        return reaped
+
+    def next_deadline(self) -> float | None:
+        """The earliest grace period or surplus release that ends: the loop wakes then."""
+        times = [w.deadline for w in self.workloads.values()
+                 if w.state is State.PREEMPTING and w.deadline is not None]
+        times += [s.releasing_at for w in self.workloads.values() if w.state is State.RUNNING
+                  for s in w.slots.values() if s.releasing_at is not None]
+        return min(times, default=None)
+
+    def group_ready(self, group: str, now: float) -> None:
+        """A group became ready: progress only its workload (cheap, for low latency)."""
+        w = self.workloads.get(group.removeprefix(GROUP_PREFIX).split("/")[0])
+        if w is not None and group in w.groups():
+            if w.state is State.ADMITTING:
+                self._progress_admitting(w, now)
+            elif w.state is State.RUNNING:
+                self._progress_running(w, now)
+
+    def cycle(self, now: float) -> CycleResult:
+        live = [w for w in self.workloads.values() if not w.terminal]
+        snapshot = ClusterSnapshot(
+            nodes=list(self.nodes.values()), queues=self.queues, jobs=[job_info(w) for w in live]
+        )
+        result = self._cycle(snapshot, self.config, now)
+        self._apply(result, now)
+        self.queue_status = dict(result.queues)
+        self._update_positions(live)
+        return result
+
+    # ------------------------------------------------------------ decisions
+
+    def _apply(self, result: CycleResult, now: float) -> None:
+        binds: dict[str, list[Bind]] = defaultdict(list)
+        evicts: dict[str, list[Evict]] = defaultdict(list)
+        pipelined: dict[str, list[Pipeline]] = defaultdict(list)
+        for d in result.decisions:
+            if isinstance(d, Bind):
+                binds[d.job].append(d)
+            elif isinstance(d, Evict):
+                evicts[d.job].append(d)
+            else:
+                pipelined[d.job].append(d)
+        for job, evs in evicts.items():
+            if job in self.workloads:
+                self._evict(self.workloads[job], evs, now)
+        for job, bs in binds.items():
+            if job in self.workloads:
+                self._bind(self.workloads[job], bs, now)
+        reasons = {**result.pending_reasons, **result.invalid}
+        for job, ps in pipelined.items():
+            nodes = ", ".join(sorted({p.node[:12] for p in ps}))
+            reasons[job] = f"placed on node(s) {nodes}; waiting for preempted work to release it"
+        for wid, why in reasons.items():
+            w = self.workloads.get(wid)
+            if w is not None and w.state is State.QUEUED:
+                w.reason = why
+
+    def _bind(self, w: Workload, binds: list[Bind], now: float) -> None:
+        binds = sorted(binds, key=lambda b: int(b.task[1:]))
+        if w.state is State.QUEUED:
+            if len(binds) < w.spec.gang:
+                return  # the core places gangs whole; a partial answer is not acted on
+            gang, surplus = binds[: w.spec.gang], binds[w.spec.gang :]
+            w.attempt += 1
+            w.slots = {b.task: Slot(b.node, w.gang_group) for b in gang}
+            self._move(w, State.ADMITTING, now, "placement group created; waiting for Ray")
+            self._touch(w)
+            self.flush()  # write-ahead: the record exists before the group does
+            self._create(w.gang_group, gang, w)
+            self.events.append(("admitting", w.spec.queue, 0.0))
+        elif w.state in (State.ADMITTING, State.RUNNING):
+            surplus = [b for b in binds if b.task not in w.slots]
+        else:
+            return
+        for b in surplus:  # elastic workers above the gang: one group each
+            group = f"{w.gang_group}/{b.task}"
+            w.slots[b.task] = Slot(b.node, group, surplus=True)
+            self._touch(w)
+            self.flush()
+            self._create(group, [b], w)
+
+    def _create(self, group: str, binds: list[Bind], w: Workload) -> None:
+        request = request_for(w.spec.resources_per_worker)
+        bundles = [bundle_for(request, self.nodes[b.node]) for b in binds]
+        w.group_ids[group] = self.backend.create(group, bundles, [b.node for b in binds])
+
+    def _evict(self, w: Workload, evs: list[Evict], now: float) -> None:
+        why = f"{evs[0].action}: {evs[0].reason}"
+        tasks = {e.task for e in evs}
+        if w.state not in (State.ADMITTING, State.RUNNING):
+            return
+        whole = any(t in w.slots and not w.slots[t].surplus for t in tasks)
+        if not whole:  # only elastic surplus: give those groups back after the grace period
+            for t in tasks & w.slots.keys():
+                w.slots[t].releasing_at = now + max(0.0, w.spec.grace_period)
+            self._touch(w)
+            self._progress_running(w, now)
+            return
+        self.events.append(("preempted", w.spec.queue, 1.0))
+        w.preemptions += 1
+        if w.state is State.ADMITTING:
+            self._stop(w)
+            self._move(w, State.QUEUED, now, f"evicted before it started ({why})")
+            return
+        w.deadline = now + max(0.0, w.spec.grace_period)
+        self._move(w, State.PREEMPTING, now, f"preempted ({why}); stopping at the deadline")
+        self.store.set_notice(w.id, {"reason": why, "deadline": w.deadline, "attempt": w.attempt})
+        if w.deadline <= now:
+            self._end_preemption(w, now)
+
+    def _end_preemption(self, w: Workload, now: float) -> None:
+        self._stop(w)
+        why = w.reason.removesuffix("; stopping at the deadline")
+        if w.spec.on_preempt == "fail":
+            w.error = why
+            self._move(w, State.FAILED, now, why)
+        else:
+            self._move(w, State.QUEUED, now, f"{why}; re-queued")
+
+    def _stop(self, w: Workload) -> None:
+        """Release everything the workload holds: its process tree, its job, its groups."""
+        if w.runner:
+            self.backend.kill_process(w.runner["node"], int(w.runner["pid"]))
+        if w.spec.kind == "job" and w.submission_id and self.jobs is not None:
+            self.jobs.stop(w.submission_id)
+        for group in sorted(w.groups()):
+            if w.spec.kind == "block":  # no driver process of ours to kill: find its actors
+                self.backend.kill_actors_in(group)
+            self.backend.remove(group)
+        self.store.set_notice(w.id, None)
+        w.slots, w.runner, w.deadline, w.group_ids = {}, None, None, {}
+        w.handed_off = False
+
+    # ------------------------------------------------------------ progress
+
+    def _progress_admitting(self, w: Workload, now: float) -> None:
+        lost = {s.node for s in w.slots.values()} - self.nodes.keys()
+        if lost:
+            self._stop(w)
+            self._move(w, State.QUEUED, now, f"node {sorted(lost)[0][:12]} left; re-queued")
+        elif all(self.backend.is_ready(g) for g in w.groups()):
+            for s in w.slots.values():
+                s.ready = True
+            if w.spec.kind == "job" and self.jobs is not None:
+                if w.spec.handoff:
+                    self._hand_off(w)
+                w.submission_id = self.jobs.submit(w)
+            self._move(w, State.RUNNING, now, "admitted: its placement group is ready")
+            self.events.append(("admitted", w.spec.queue, now - w.queued_at))
+        elif now - w.since > w.spec.admission_timeout:
+            nodes = ", ".join(sorted({s.node[:12] for s in w.slots.values()}))
+            self._stop(w)
+            self._move(w, State.QUEUED, now, f"placement group not ready after "
+                       f"{w.spec.admission_timeout:g}s on node(s) {nodes} (Ray could not reserve "
+                       "the resources there: used by work outside kai-ray?); re-queued")
+
+    def _hand_off(self, w: Workload) -> None:
+        """Release the reserved groups to the job, keeping the slots (the accounting):
+        the job reserves the same resources on the same nodes itself."""
+        for group in sorted(w.groups()):
+            self.backend.remove(group)
+        w.group_ids, w.handed_off = {}, True
+
+    def _progress_running(self, w: Workload, now: float) -> None:
+        lost = {s.node for s in w.slots.values() if not s.surplus} - self.nodes.keys()
+        if lost:
+            self._stop(w)
+            self._move(w, State.QUEUED, now, f"node {sorted(lost)[0][:12]} left; re-queued")
+            return
+        for task, s in list(w.slots.items()):
+            gone = s.node not in self.nodes
+            if s.surplus and (gone or (s.releasing_at is not None and s.releasing_at <= now)):
+                self.backend.remove(s.group)
+                del w.slots[task]
+                w.group_ids.pop(s.group, None)
+                self._touch(w)
+            elif s.surplus and not s.ready and self.backend.is_ready(s.group):
+                s.ready = True
+                self._touch(w)
+        if w.spec.kind == "job" and w.submission_id and self.jobs is not None:
+            status = self.jobs.status(w.submission_id)
+            if status in ("SUCCEEDED", "FAILED", "STOPPED"):
+                self.finish(w.id, w.attempt, status == "SUCCEEDED", f"Ray job {status}", now)
+
+    # ------------------------------------------------------------ views
+
+    def info(self, wid: str) -> dict[str, Any]:
+        w = self._get(wid)
+        pos = self.positions.get(wid)
+        return {
+            "id": w.id,
+            "name": w.spec.name,
+            "kind": w.spec.kind,
+            "queue": w.spec.queue,
+            "priority": w.spec.priority,
+            "state": w.state.value,
+            "reason": w.reason,
+            "position": pos[0] if pos else None,
+            "queue_length": pos[1] if pos else None,
+            "attempt": w.attempt,
+            "group": w.gang_group if w.slots else None,
+            "group_id": w.group_ids.get(w.gang_group) if w.slots else None,
+            "group_ids": dict(w.group_ids),
+            "groups": sorted(w.groups()),
+            "nodes": [w.slots[t].node for t in sorted(w.slots, key=lambda t: int(t[1:]))],
+            "workers": len(w.slots),
+            "slots": self._slot_views(w),
+            "preemptions": w.preemptions,
+            "submission_id": w.submission_id,
+            "error": w.error,
+            "created_at": w.created_at,
+            "history": [list(h) for h in w.history],
+        }
+
+    def _slot_views(self, w: Workload) -> list[dict[str, Any]]:
+        """Each admitted worker: its group id and bundle index there (the gang's group
+        holds one bundle per gang worker, in task order; a surplus worker a group alone)."""
+        out, index = [], 0
+        for task in sorted(w.slots, key=lambda t: int(t[1:])):
+            s = w.slots[task]
+            bundle = 0 if s.surplus else index
+            index += 0 if s.surplus else 1
+            out.append({"task": task, "node": s.node, "group_id": w.group_ids.get(s.group),
+                        "bundle": bundle, "surplus": s.surplus,
+                        "ready": s.ready or (not s.surplus and w.state is State.RUNNING)})
+        return out
+
+    def _update_positions(self, live: Iterable[Workload]) -> None:
+        by_queue: dict[str, list[Workload]] = defaultdict(list)
+        for w in live:
+            if w.state is State.QUEUED:
+                by_queue[w.spec.queue].append(w)
+        self.positions = {}
+        for ws in by_queue.values():
+            ws.sort(key=lambda w: (-w.spec.priority, w.created_at, w.id))
+            for i, w in enumerate(ws):
+                self.positions[w.id] = (i + 1, len(ws))
+
+    # ------------------------------------------------------------ helpers
+
+    def _get(self, wid: str) -> Workload:
+        try:
+            return self.workloads[wid]
+        except KeyError:
+            raise KeyError(f"no workload {wid!r}; `kai-ray status` lists them") from None
+
+    def _move(self, w: Workload, to: State, now: float, reason: str) -> None:
+        w.move(to, now, reason)
+        if to is State.QUEUED:
+            w.queued_at = now
+        self._touch(w)
+
+    def _touch(self, w: Workload, changed: bool = True) -> None:
+        self._dirty.add(w.id)
+        if changed:
+            self.changed.add(w.id)
+
+    def _prune(self) -> None:
+        done = [w for w in self.workloads.values() if w.state in TERMINAL]
+        if len(done) > KEEP_FINISHED:
+            done.sort(key=lambda w: w.since)
+            for w in done[: len(done) - KEEP_FINISHED]:
+                del self.workloads[w.id]
+                self._dirty.add(w.id)
+
+
+def queue_from_json(data: dict[str, Any]) -> QueueInfo:
+    data = dict(data)
+    for key in ("quota", "limit", "over_quota_weight"):
+        if key in data:
+            data[key] = tuple(float(x) for x in data[key])
+    return QueueInfo(**data)

@@ -1,0 +1,181 @@
+"""A workload as the scheduler actor keeps it: its spec, its state and the state's history.
+
+State changes go through `Workload.move`, which checks them against `TRANSITIONS`, so an
+impossible change (admitting a finished workload, say) is a bug found at once rather
+than a placement group leaked later. Everything here is plain data that round-trips
+through JSON: the actor persists it and rebuilds it after a restart.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+__all__ = [
+    "TERMINAL",
+    "TRANSITIONS",
+    "Slot",
+    "State",
+    "TransitionError",
+    "Workload",
+    "WorkloadSpec",
+]
+
+
+class State(enum.Enum):
+    QUEUED = "Queued"  # waiting for the core to place it
+    ADMITTING = "Admitting"  # placement group created, not ready yet
+    RUNNING = "Running"  # placement group ready: the workload's code runs inside it
+    PREEMPTING = "Preempting"  # notice given; the group goes at the end of the grace period
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    CANCELLED = "Cancelled"
+
+
+TERMINAL = frozenset({State.SUCCEEDED, State.FAILED, State.CANCELLED})
+
+# from -> the states it may go to. Anything else raises TransitionError.
+TRANSITIONS: dict[State, frozenset[State]] = {
+    State.QUEUED: frozenset({State.ADMITTING, State.CANCELLED, State.FAILED}),
+    State.ADMITTING: frozenset(
+        # QUEUED: not ready in time, group lost, or evicted before it was ready
+        {State.RUNNING, State.QUEUED, State.CANCELLED, State.FAILED}
+    ),
+    State.RUNNING: frozenset(
+        # QUEUED: its group vanished (found on reconcile) -> run it again
+        {State.PREEMPTING, State.SUCCEEDED, State.FAILED, State.CANCELLED, State.QUEUED}
+    ),
+    State.PREEMPTING: frozenset(
+        # SUCCEEDED: it finished inside its grace period
+        {State.QUEUED, State.FAILED, State.SUCCEEDED, State.CANCELLED}
+    ),
+    State.SUCCEEDED: frozenset(),
+    State.FAILED: frozenset(),
+    State.CANCELLED: frozenset(),
+}
+
+Kind = Literal["function", "block", "job"]
+
+
+class TransitionError(RuntimeError):
+    """A state change the transition table does not allow."""
+
+
+@dataclass(slots=True)
+class WorkloadSpec:
+    """What the user asked for. Resources use Ray's names: CPU, GPU, memory, custom ones,
+    plus `gpu_memory` (bytes of one device) for memory-sized GPU fractions."""
+
+    queue: str
+    priority: int = 50
+    preemptible: bool = True
+    priority_class: str = "train"
+    workers: int = 1  # the most workers (bundles)
+    min_workers: int = 0  # the gang; 0 = all workers
+    resources_per_worker: dict[str, float] = field(default_factory=lambda: {"CPU": 1.0})
+    strategy: str = "PACK"  # PACK, SPREAD, STRICT_PACK (one node)
+    kind: Kind = "function"
+    name: str = ""  # a label for people; the id is what identifies it
+    on_preempt: Literal["requeue", "fail"] = "requeue"
+    grace_period: float = 5.0  # seconds between the notice and the kill
+    admission_timeout: float = 30.0  # seconds a group may take to become ready
+    # Jobs only: once reserved, release the group and let the job place its own work on
+    # the nodes it was admitted to (Ray Train, Ray Serve create their own groups, which
+    # cannot nest in ours). kai-ray keeps accounting the capacity as the job's.
+    handoff: bool = False
+    entrypoint: str = ""  # kind == "job": the shell command
+    runtime_env: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def gang(self) -> int:
+        return self.min_workers if 0 < self.min_workers < self.workers else self.workers
+
+
+@dataclass(slots=True)
+class Slot:
+    """One admitted worker: the node its bundle is pinned to and the group holding it.
+    Gang workers share one group; each elastic surplus worker has a group of its own,
+    because a Ray placement group cannot shrink."""
+
+    node: str
+    group: str
+    surplus: bool = False
+    ready: bool = False
+    releasing_at: float | None = None  # surplus being taken back: removal time
+
+
+@dataclass(slots=True)
+class Workload:
+    id: str
+    spec: WorkloadSpec
+    created_at: float
+    state: State = State.QUEUED
+    reason: str = "waiting for the first scheduling cycle"
+    attempt: int = 0  # admissions so far; names the placement groups
+    since: float = 0.0  # when it entered `state`
+    queued_at: float = 0.0  # when it last entered QUEUED: admission wait counts from here
+    history: list[tuple[float, str, str, str]] = field(default_factory=list)
+    slots: dict[str, Slot] = field(default_factory=dict)  # task name -> slot
+    # group name -> Ray placement group id (hex). Named lookups in Ray are scoped to the
+    # creator's namespace, so clients and jobs find their group by id.
+    group_ids: dict[str, str] = field(default_factory=dict)
+    deadline: float | None = None  # PREEMPTING: when the group goes
+    runner: dict[str, Any] | None = None  # {"node": hex, "pid": int}: the process to kill
+    submission_id: str = ""  # kind == "job": the Ray job of this attempt
+    preemptions: int = 0
+    error: str = ""
+    handed_off: bool = False  # its groups were released to the job (spec.handoff)
+
+    # ------------------------------------------------------------ transitions
+
+    def move(self, to: State, now: float, reason: str) -> None:
+        """Change state, or raise TransitionError when the table forbids it."""
+        if to not in TRANSITIONS[self.state]:
+            raise TransitionError(
+                f"workload {self.id}: {self.state.value} -> {to.value} is not allowed ({reason})"
+            )
+        self.history.append((now, self.state.value, to.value, reason))
+        self.state, self.since, self.reason = to, now, reason
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL
+
+    @property
+    def gang_group(self) -> str:
+        return f"kai-ray/{self.id}/{self.attempt}"
+
+    def task_names(self) -> list[str]:
+        return [f"w{i}" for i in range(self.spec.workers)]
+
+    def groups(self) -> set[str]:
+        """The placement groups this workload holds now."""
+        return {s.group for s in self.slots.values()}
+
+    # ------------------------------------------------------------ persistence
+
+    def to_json(self) -> dict[str, Any]:
+        # By hand rather than dataclasses.asdict: this runs on the admission path, and
+        # asdict's recursive deep copy costs ~1 ms for a workload with some history.
+        return {
+            "id": self.id, "spec": asdict(self.spec), "created_at": self.created_at,
+            "state": self.state.value, "reason": self.reason, "attempt": self.attempt,
+            "since": self.since, "queued_at": self.queued_at, "history": self.history,
+            "slots": {k: {"node": s.node, "group": s.group, "surplus": s.surplus,
+                          "ready": s.ready, "releasing_at": s.releasing_at}
+                      for k, s in self.slots.items()},
+            "group_ids": self.group_ids, "deadline": self.deadline, "runner": self.runner,
+            "submission_id": self.submission_id, "preemptions": self.preemptions,
+            "error": self.error, "handed_off": self.handed_off,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Workload:
+        data = dict(data)
+        spec = WorkloadSpec(**data.pop("spec"))
+        slots = {k: Slot(**v) for k, v in data.pop("slots").items()}
+        history = [tuple(h) for h in data.pop("history")]
+        state = State(data.pop("state"))
+        return cls(spec=spec, slots=slots, history=history, state=state, **data)

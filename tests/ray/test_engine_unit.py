@@ -1,0 +1,232 @@
+"""The scheduler's state machine without Ray: in-memory ports, the real core."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from kai_ray.core import QueueInfo
+from kai_ray.ray.engine import SchedulerEngine, SubmitError
+from kai_ray.ray.workload import State, TransitionError, Workload, WorkloadSpec
+
+
+def ray_node(name: str, gpus: int = 4, cpu: int = 8, **labels: str) -> dict[str, Any]:
+    return {"NodeID": name, "Alive": True, "Labels": labels,
+            "Resources": {"CPU": cpu, "GPU": gpus, "memory": 64 * 2**30, f"node:{name}": 1}}
+
+
+class FakeBackend:
+    def __init__(self, nodes: list[dict[str, Any]]) -> None:
+        self.node_list = nodes
+        self.groups: dict[str, dict[str, Any]] = {}
+        self.ready = True  # groups become ready at once unless a test says otherwise
+        self.killed: list[tuple[str, int]] = []
+        self.removed: list[str] = []
+        self.store: MemoryStore | None = None
+        self.created_while_stored: list[bool] = []
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return self.node_list
+
+    def available(self) -> dict[str, dict[str, float]]:
+        return {}
+
+    def create(self, name: str, bundles: list[dict[str, float]], nodes: list[str]) -> str:
+        if self.store is not None:  # write-ahead: the record must exist already
+            wid = name.split("/")[1]
+            self.created_while_stored.append(wid in self.store.workloads)
+        self.groups[name] = {"bundles": bundles, "nodes": nodes}
+        return f"id-{name}"
+
+    def is_ready(self, name: str) -> bool:
+        return self.ready and name in self.groups
+
+    def remove(self, name: str) -> None:
+        self.groups.pop(name, None)
+        self.removed.append(name)
+
+    def live_groups(self) -> dict[str, list[str]]:
+        return {n: g["nodes"] for n, g in self.groups.items()}
+
+    def kill_process(self, node: str, pid: int) -> None:
+        self.killed.append((node, pid))
+
+    def kill_actors_in(self, group: str) -> None:
+        pass
+
+
+class MemoryStore:
+    def __init__(self) -> None:
+        self.workloads: dict[str, str] = {}
+        self.queues: list[dict[str, Any]] | None = None
+        self.notices: dict[str, dict[str, Any]] = {}
+
+    def load(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+        return [json.loads(v) for v in self.workloads.values()], self.queues
+
+    def save(self, workload: dict[str, Any]) -> None:
+        self.workloads[workload["id"]] = json.dumps(workload)  # must be JSON
+
+    def delete(self, workload_id: str) -> None:
+        self.workloads.pop(workload_id, None)
+
+    def save_queues(self, queues: list[dict[str, Any]]) -> None:
+        self.queues = queues
+
+    def set_notice(self, workload_id: str, notice: Any) -> None:
+        if notice is None:
+            self.notices.pop(workload_id, None)
+        else:
+            self.notices[workload_id] = dict(notice)
+
+
+QUEUES = [QueueInfo("a", quota=(-1, -1, -1)), QueueInfo("parent"),
+          QueueInfo("child", parent="parent", quota=(-1, -1, -1))]
+
+
+def make(nodes: int = 2) -> tuple[SchedulerEngine, FakeBackend, MemoryStore]:
+    backend = FakeBackend([ray_node(f"n{i}") for i in range(nodes)])
+    store = MemoryStore()
+    backend.store = store
+    return SchedulerEngine(backend, store, QUEUES), backend, store
+
+
+def spec(**kw: Any) -> WorkloadSpec:
+    kw.setdefault("resources_per_worker", {"GPU": 4, "CPU": 1})
+    return WorkloadSpec(queue=kw.pop("queue", "a"), **kw)
+
+
+def test_transition_table_refuses_impossible_moves() -> None:
+    w = Workload("w", spec(), created_at=0)
+    w.move(State.ADMITTING, 1, "x")
+    w.move(State.RUNNING, 2, "y")
+    w.move(State.SUCCEEDED, 3, "z")
+    with pytest.raises(TransitionError, match="Succeeded -> Admitting is not allowed"):
+        w.move(State.ADMITTING, 4, "again")
+    assert [h[2] for h in w.history] == ["Admitting", "Running", "Succeeded"]
+    assert Workload.from_json(json.loads(json.dumps(w.to_json()))) == w
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"queue": "nope"}, "queue 'nope' does not exist; use one of: a, child"),
+        ({"queue": "parent"}, "has child queues; submit to a leaf queue"),
+        ({"resources_per_worker": {"GPU": 8}}, "largest node has GPU 4"),
+        ({"resources_per_worker": {"GPU": 1.5}}, "above 1 a GPU count must be whole"),
+        ({"strategy": "WHEREVER"}, "strategy='WHEREVER'"),
+        ({"workers": 2, "min_workers": 3}, "min_workers <= workers"),
+        ({"kind": "job"}, "a job needs an entrypoint"),
+    ],
+)
+def test_bad_workloads_are_refused_with_the_fix(kw: dict[str, Any], message: str) -> None:
+    engine, _, _ = make()
+    with pytest.raises(SubmitError, match=message.replace("(", r"\(")):
+        engine.submit("w", spec(**kw), 0)
+    assert engine.workloads == {}
+
+
+def test_gang_bound_to_pinned_bundles_written_ahead_then_running() -> None:
+    engine, backend, _ = make()
+    engine.submit("w", spec(workers=2), 0)
+    engine.step(1)
+    w = engine.workloads["w"]
+    assert w.state is State.ADMITTING
+    (group,) = backend.groups.values()
+    assert sorted(group["nodes"]) == ["n0", "n1"]  # one 4-GPU bundle per node
+    assert group["bundles"] == [{"CPU": 1.0, "GPU": 4.0}] * 2
+    assert backend.created_while_stored == [True]
+    engine.step(2)
+    assert w.state is State.RUNNING and engine.info("w")["group_id"] == "id-kai-ray/w/1"
+
+
+def test_group_not_ready_in_time_is_released_and_requeued_with_the_reason() -> None:
+    engine, backend, _ = make()
+    backend.ready = False
+    engine.submit("w", spec(admission_timeout=5), 0)
+    engine.step(1)
+    engine.step(10)
+    w = engine.workloads["w"]
+    assert backend.removed == ["kai-ray/w/1"]
+    # Re-queued with the reason, then tried again in the same step (a fresh group).
+    assert [h[2] for h in w.history] == ["Queued", "Admitting", "Queued", "Admitting"]
+    assert "not ready after 5s" in w.history[2][3]
+    assert w.attempt == 2 and list(backend.groups) == ["kai-ray/w/2"]
+
+
+def test_preemption_gives_notice_then_kills_and_requeues_or_fails() -> None:
+    engine, backend, store = make(nodes=1)
+    engine.submit("low", spec(grace_period=10), 0)
+    engine.submit("low2", spec(grace_period=0, on_preempt="fail"), 0)
+    engine.step(1)
+    engine.step(2)
+    assert engine.workloads["low"].state is State.RUNNING
+    assert engine.register_runner("low", 1, "n0", 4242)
+    engine.submit("high", spec(priority=125, preemptible=False), 3)
+    engine.step(3)
+    low = engine.workloads["low"]
+    assert low.state is State.PREEMPTING and store.notices["low"]["deadline"] == 13
+    assert backend.killed == [] and "kai-ray/low/1" in backend.groups  # grace period
+    engine.step(12)
+    assert low.state is State.PREEMPTING
+    engine.step(13)
+    assert low.state is State.QUEUED and "preempt" in low.history[-1][3]
+    assert backend.killed == [("n0", 4242)] and "kai-ray/low/1" not in backend.groups
+    assert "low" not in store.notices
+    engine.step(14)
+    engine.step(15)
+    assert engine.workloads["high"].state is State.RUNNING
+    # A late report from the preempted attempt changes nothing.
+    engine.finish("low", 1, True, "", 16)
+    assert low.state is State.QUEUED
+
+
+def test_restart_reconciles_with_live_groups() -> None:
+    engine, backend, store = make()
+    engine.submit("kept", spec(), 0)
+    engine.submit("lost", spec(), 0)
+    engine.step(1)
+    engine.step(2)
+    assert {w.state for w in engine.workloads.values()} == {State.RUNNING}
+    backend.groups.pop("kai-ray/lost/1")  # gone while the scheduler was down
+    backend.groups["kai-ray/ghost/1"] = {"bundles": [], "nodes": []}  # never recorded
+    fresh = SchedulerEngine(backend, store, QUEUES)
+    fresh.load(3)
+    assert fresh.workloads["kept"].state is State.RUNNING
+    assert fresh.workloads["lost"].state is State.QUEUED
+    assert "lost while the scheduler restarted" in fresh.workloads["lost"].reason
+    assert "kai-ray/ghost/1" in backend.removed and "kai-ray/kept/1" in backend.groups
+
+
+def test_cancel_releases_and_position_reports_the_line() -> None:
+    engine, backend, _ = make(nodes=1)
+    for name in ("first", "second", "third"):
+        engine.submit(name, spec(), 0)
+    engine.step(1)
+    assert engine.info("second")["position"] == 1 and engine.info("third")["position"] == 2
+    assert engine.info("third")["reason"]  # the core's reason it waits
+    engine.cancel("first", 2)
+    assert engine.workloads["first"].state is State.CANCELLED and backend.groups == {}
+    engine.step(3)
+    assert engine.workloads["second"].state is State.ADMITTING
+
+
+def test_translation_of_ray_nodes_and_requests() -> None:
+    from kai_ray.ray.gpus import summarize
+    from kai_ray.ray.translate import bundle_for, node_info, request_for
+
+    raw = ray_node("n9", gpus=8, rack="r1")
+    raw["Resources"].update({"CPU_group_abc": 1, "bundle_group_abc": 1000, "fpga": 2})
+    devices = [{"model": "H100", "memory": 80 * 2**30}, {"model": "H100", "memory": 40 * 2**30}]
+    node = node_info(raw, summarize(devices))
+    assert (node.gpus, node.cpu, node.gpu_model, node.gpu_memory) == (8, 8, "H100", 40 * 2**30)
+    assert node.extended == (("fpga", 2.0),)  # Ray's bookkeeping resources dropped
+    assert node.labels["rack"] == "r1" and node.labels["ray.io/node-id"] == "n9"
+    req = request_for({"GPU": 0.5, "CPU": 2, "fpga": 1})
+    assert (req.gpu, req.cpu, req.extended) == (0.5, 2, (("fpga", 1.0),))
+    assert bundle_for(req, node) == {"fpga": 1, "CPU": 2, "GPU": 0.5}
+    by_memory = request_for({"gpu_memory": 10 * 2**30})
+    assert bundle_for(by_memory, node) == {"GPU": 0.25}  # 10 of the node's 40 GiB devices
+    assert summarize([]) is None
