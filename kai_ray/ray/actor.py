@@ -346,8 +346,8 @@ def get_or_start_scheduler(
         pass
     cfg = None
     if config is not None:
-        cfg = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
-               if f.name != "topologies"}
+        cfg = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+        cfg["topologies"] = dict(config.topologies)  # a plain dict pickles everywhere
     handle = SchedulerActor.options(  # type: ignore[attr-defined]
         name=SCHEDULER_NAME,
         namespace=NAMESPACE,
