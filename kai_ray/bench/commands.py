@@ -79,4 +79,5 @@ def _run_eviction(args: argparse.Namespace) -> int:
 def _run_ray(args: argparse.Namespace) -> int:
     from kai_ray.ray.bench import bench_ray  # needs Ray; imported only here
 
-    return _print(bench_ray(json_out=args.json), args.json)
+    bench_ray(json_out=args.json)  # prints its own figures (text or JSON)
+    return 0
