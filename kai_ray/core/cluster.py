@@ -240,15 +240,38 @@ class _Builder:
             job = Job(info=info, queue=tree.index[info.queue], order=order)
             if info.node_selector:
                 job.selector = tuple(sorted(info.node_selector.items()))
-            for i, t in enumerate(info.tasks):
-                job.tasks.append(self._task(job, i, t))
-            job.active_count = sum(1 for t in job.tasks if t.status in _ACTIVE)
+            if not self._all_pending(job, info.tasks):
+                for i, t in enumerate(info.tasks):
+                    job.tasks.append(self._task(job, i, t))
+                job.active_count = sum(1 for t in job.tasks if t.status in _ACTIVE)
             state.jobs.append(job)
             state.job_index[job.name] = job
         self._flush()
 
-    def _task(self, job: Job, index: int, info: TaskInfo) -> Task:
-        req = info.request
+    def _all_pending(self, job: Job, infos: Sequence[TaskInfo]) -> bool:
+        """The common case, a job still waiting whole with one shared request: its tasks
+        are built and counted in one go. False (nothing done) for any other job."""
+        if not infos:
+            return False
+        req = infos[0].request
+        pending = TaskStatus.PENDING
+        for t in infos:
+            if t.status is not pending or t.request is not req:
+                return False
+        demand, amount = self._per_request_cached(req)
+        if amount is None:
+            return False  # gpu-memory slices: sized per node, charged one by one
+        fractional = req.gpu_memory > 0 or 0 < req.gpu < 1
+        job.tasks = [
+            Task(t, job, i, demand, fractional, pending, since=t.since, amount=amount)
+            for i, t in enumerate(infos)
+        ]
+        key = (job.queue, id(amount))
+        self.pending[key] = self.pending.get(key, 0) + len(infos)
+        self.amounts[id(amount)] = amount
+        return True
+
+    def _per_request_cached(self, req: Request) -> tuple[FloatArray, FloatArray | None]:
         # Requests are usually shared objects: look up by identity before hashing fields.
         cached = self.by_identity.get(id(req))
         if cached is None:
@@ -257,7 +280,11 @@ class _Builder:
                 cached = self.requests[req] = _per_request(req, self.state.nodes.columns)
             self.by_identity[id(req)] = cached
             self.keep_alive.append(req)
-        demand, amount = cached
+        return cached
+
+    def _task(self, job: Job, index: int, info: TaskInfo) -> Task:
+        req = info.request
+        demand, amount = self._per_request_cached(req)
         status = info.status
         if status is TaskStatus.BINDING:
             status = TaskStatus.RUNNING
