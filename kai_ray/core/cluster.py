@@ -32,6 +32,7 @@ FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 EPS = 1e-9
 _ACTIVE = frozenset({TaskStatus.BINDING, TaskStatus.PIPELINED, TaskStatus.RUNNING})
+_PENDING = TaskStatus.PENDING
 _HOLDING_INPUT = frozenset({TaskStatus.RUNNING, TaskStatus.RELEASING, TaskStatus.PIPELINED})
 
 
@@ -240,7 +241,8 @@ class _Builder:
             job = Job(info=info, queue=tree.index[info.queue], order=order)
             if info.node_selector:
                 job.selector = tuple(sorted(info.node_selector.items()))
-            if not self._all_pending(job, info.tasks):
+            tasks = info.tasks
+            if not (tasks and tasks[0].status is _PENDING and self._all_pending(job, tasks)):
                 for i, t in enumerate(info.tasks):
                     job.tasks.append(self._task(job, i, t))
                 job.active_count = sum(1 for t in job.tasks if t.status in _ACTIVE)
@@ -251,8 +253,6 @@ class _Builder:
     def _all_pending(self, job: Job, infos: Sequence[TaskInfo]) -> bool:
         """The common case, a job still waiting whole with one shared request: its tasks
         are built and counted in one go. False (nothing done) for any other job."""
-        if not infos:
-            return False
         req = infos[0].request
         pending = TaskStatus.PENDING
         for t in infos:
@@ -284,7 +284,8 @@ class _Builder:
 
     def _task(self, job: Job, index: int, info: TaskInfo) -> Task:
         req = info.request
-        demand, amount = self._per_request_cached(req)
+        cached = self.by_identity.get(id(req))
+        demand, amount = cached if cached is not None else self._per_request_cached(req)
         status = info.status
         if status is TaskStatus.BINDING:
             status = TaskStatus.RUNNING
