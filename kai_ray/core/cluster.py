@@ -63,8 +63,8 @@ class Nodes:
         self.device_memory = np.array([x.gpu_memory for x in infos], dtype=np.float64)
         self.gpus = np.array([x.gpus for x in infos], dtype=np.int64)
         self.devices: list[dict[int, Device]] = [{} for _ in infos]
-        # Best fractional room per node (shared devices only), kept in step with `devices`.
-        self.frac_idle = np.zeros(n)
+        # Best fractional room per node (shared devices only, released parts included),
+        # kept in step with `devices`.
         self.frac_future = np.zeros(n)
         # Indexes over idle capacity (see nodeindex.py) to keep in step on every change.
         self.watchers: list[Callable[[int], None]] = []
@@ -78,7 +78,6 @@ class Nodes:
 
     def refresh_fractions(self, node: int) -> None:
         devs = self.devices[node].values()
-        self.frac_idle[node] = max((d.idle for d in devs), default=0.0)
         self.frac_future[node] = max((d.idle + d.releasing for d in devs), default=0.0)
 
     def new_device_index(self, node: int) -> int:

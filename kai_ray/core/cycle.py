@@ -9,6 +9,7 @@ import numpy as np
 from kai_ray.core.allocate import allocate
 from kai_ray.core.cluster import ClusterState, FloatArray, build_state
 from kai_ray.core.context import CycleContext
+from kai_ray.core.evictions import EVICTION_ACTIONS
 from kai_ray.core.fairshare import FairShares, compute_fair_shares
 from kai_ray.core.model import (
     Bind,
@@ -29,24 +30,11 @@ from kai_ray.core.statement import Statement
 __all__ = ["ACTIONS", "UnknownActionError", "finish_cycle", "prepare_cycle", "run_action", "run_cycle"]
 
 Action = Callable[[CycleContext], None]
-ACTIONS: dict[str, Action] = {"allocate": allocate}
+ACTIONS: dict[str, Action] = {"allocate": allocate, **EVICTION_ACTIONS}
 
 
 class UnknownActionError(ValueError):
     pass
-
-
-def _register_eviction_actions() -> None:
-    # The eviction actions live in their own modules; import lazily to keep the
-    # dependency one-way (they use allocate's helpers, not the other way round).
-    try:
-        from kai_ray.core.evictions import EVICTION_ACTIONS
-    except ImportError:  # pragma: no cover - only while the module does not exist
-        return
-    ACTIONS.update(EVICTION_ACTIONS)
-
-
-_register_eviction_actions()
 
 
 def run_cycle(
