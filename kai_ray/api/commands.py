@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["add_commands"]
@@ -165,25 +166,29 @@ def _status(args: argparse.Namespace) -> int:
 def _explain(args: argparse.Namespace) -> int:
     from kai_ray.api.render import explain_text
 
-    sched = _connect(args.address)
-    if sched is None:
-        return _fail(_NO_SCHEDULER)
-    try:
-        info = sched.explain(args.workload)
-    except KeyError as exc:
-        return _fail(str(exc.args[0]))
-    return _print(args, info, explain_text(info))
+    return _on_workload(args, lambda sched: sched.explain(args.workload), explain_text)
 
 
 def _cancel(args: argparse.Namespace) -> int:
+    return _on_workload(
+        args, lambda sched: sched.cancel(args.workload), lambda info: f"{info['id']}: {info['state']}"
+    )
+
+
+def _on_workload(
+    args: argparse.Namespace,
+    call: Callable[[Any], dict[str, Any]],
+    render: Callable[[dict[str, Any]], str],
+) -> int:
+    """A command on one workload: an unknown id is a clear error, not a traceback."""
     sched = _connect(args.address)
     if sched is None:
         return _fail(_NO_SCHEDULER)
     try:
-        info = sched.cancel(args.workload)
+        info = call(sched)
     except KeyError as exc:
         return _fail(str(exc.args[0]))
-    return _print(args, info, f"{info['id']}: {info['state']}")
+    return _print(args, info, render(info))
 
 
 # ---------------------------------------------------------------- jobs
