@@ -50,10 +50,7 @@ def allocate_step(
         if not placed:
             return False
     if any(t.status is TaskStatus.PIPELINED for t in placed):
-        # A job with a task waiting on released capacity waits as a whole.
-        for t in job.tasks:
-            if t.placed_by:
-                ctx.stmt.mark_pipelined(t)
+        ctx.stmt.pipeline_job(job)
     if len(placed) == len(pending):
         ctx.reasons.pop(job.name, None)
     return True

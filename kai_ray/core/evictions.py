@@ -289,8 +289,7 @@ def _consolidate_for(ctx: CycleContext, job: Job, gang: list[Task]) -> bool:
         moved.append(unit)
         attempt = stmt.checkpoint()
         if ctx.placer.place_gang(stmt, job, gang, "consolidation") and _replace(ctx, moved):
-            for t in gang:
-                stmt.mark_pipelined(t)
+            stmt.pipeline_job(job)
             ctx.reasons.pop(job.name, None)
             return True
         stmt.rollback(attempt)

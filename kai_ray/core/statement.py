@@ -8,11 +8,12 @@ ever emitted.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
 
-from kai_ray.core.cluster import EPS, ClusterState, Device, Task
+from kai_ray.core.cluster import EPS, ClusterState, Device, Job, Task
 from kai_ray.core.model import TaskStatus
 
 __all__ = ["Statement"]
@@ -129,16 +130,13 @@ class Statement:
 
         self._undo.append(undo)
 
-    def mark_pipelined(self, task: Task) -> None:
-        """A gang with one pipelined task waits as a whole: its bound tasks wait too."""
-        if task.status is not TaskStatus.BINDING:
-            return
-        task.status = TaskStatus.PIPELINED
-
-        def undo() -> None:
-            task.status = TaskStatus.BINDING
-
-        self._undo.append(undo)
+    def pipeline_job(self, job: Job) -> None:
+        """A job with a task waiting on released capacity waits as a whole: its tasks
+        bound this cycle are pipelined too."""
+        for task in job.tasks:
+            if task.status is TaskStatus.BINDING and task.placed_by:
+                task.status = TaskStatus.PIPELINED
+                self._undo.append(functools.partial(setattr, task, "status", TaskStatus.BINDING))
 
     # ------------------------------------------------------------ devices
 

@@ -79,8 +79,7 @@ def free_room_for(
         if spot is not None:
             ctx.stmt.place(task, spot[0], spot[1], spot[2], action)
     if any(t.status is TaskStatus.PIPELINED for t in tasks):
-        for t in tasks:
-            ctx.stmt.mark_pipelined(t)
+        ctx.stmt.pipeline_job(job)
     return True
 
 

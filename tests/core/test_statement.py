@@ -73,7 +73,7 @@ def test_rollback_restores_every_field_after_places_and_evictions() -> None:
     gang = jobs["gang"].tasks
     ctx.stmt.place(gang[0], 0, -1, False, "allocate")
     ctx.stmt.place(gang[1], 1, -1, True, "allocate")
-    ctx.stmt.mark_pipelined(gang[0])
+    ctx.stmt.pipeline_job(ctx.state.job_index["gang"])
     assert _fingerprint(ctx.state) != before
     ctx.stmt.rollback(checkpoint)
     assert _fingerprint(ctx.state) == before
