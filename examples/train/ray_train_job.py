@@ -35,21 +35,24 @@ DIM = 32
 
 @ray.remote(num_cpus=0)
 class Averager:
-    """Mean of one value per worker per step (an all-reduce good enough for an example)."""
+    """Mean of one value per worker per step (an all-reduce good enough for an example),
+    and whether any worker has seen kai-ray's preemption notice by that step."""
 
     def __init__(self, workers: int) -> None:
         self.workers = workers
         self.rounds: dict[int, list[Any]] = {}
+        self.noticed: dict[int, bool] = {}
         self.done: dict[int, asyncio.Event] = {}
 
-    async def mean(self, step: int, value: list[float]) -> list[float]:
+    async def mean(self, step: int, value: list[float], noticed: bool) -> tuple[list[float], bool]:
         got = self.rounds.setdefault(step, [])
         event = self.done.setdefault(step, asyncio.Event())
         got.append(np.asarray(value))
+        self.noticed[step] = self.noticed.get(step, False) or noticed
         if len(got) == self.workers:
             event.set()
         await event.wait()
-        return list(np.mean(got, axis=0))
+        return list(np.mean(got, axis=0)), self.noticed[step]
 
 
 def _latest(storage: Path) -> str | None:
@@ -80,13 +83,16 @@ def train_loop(config: dict[str, Any]) -> None:
     averager = config["averager"]
     while step < config["steps"]:
         grad = x.T @ (x @ w - y) / len(y)
-        w = w - 0.05 * np.asarray(ray.get(averager.mean.remote(step, list(grad))))
+        # Workers poll the notice on their own, so they agree through the all-reduce on
+        # the step that checkpoints: Ray Train's report() waits for every worker.
+        seen = kai_ray.preemption_notice() is not None
+        mean, noticed = ray.get(averager.mean.remote(step, list(grad), seen))
+        w = w - 0.05 * np.asarray(mean)
         step += 1
-        notice = kai_ray.preemption_notice()
-        if step % 25 == 0 or notice is not None or step == config["steps"]:
+        if step % 25 == 0 or noticed or step == config["steps"]:
             loss = float(np.mean((x @ w - y) ** 2))
             _report(rank, step, w, loss)
-        if notice is not None:
+        if noticed:
             if rank == 0:
                 print(f"[train] preemption notice: checkpointed step {step}", flush=True)
             time.sleep(3600)  # kai-ray stops the job at the deadline

@@ -37,8 +37,28 @@ def gpu_node_ids() -> list[str]:
     return sorted(n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Resources"].get("GPU"))
 
 
+def stop_ray_jobs() -> None:
+    """Stop Ray jobs a test left running (a failed example test leaves its job holding
+    GPUs through Ray Train's own placement group, which no kai-ray reset would free)."""
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    try:
+        jobs = JobSubmissionClient(ray.get_runtime_context().gcs_address)
+    except (ConnectionError, RuntimeError):  # no dashboard (yet): no job can have run
+        return
+    live = [j.submission_id for j in jobs.list_jobs()
+            if j.submission_id and not JobStatus(j.status).is_terminal()]
+    for sid in live:
+        jobs.stop_job(sid)
+    deadline = time.time() + 30
+    while live and time.time() < deadline:
+        live = [s for s in live if not jobs.get_job_status(s).is_terminal()]
+        time.sleep(0.2)
+
+
 def reset_scheduler() -> None:
-    """Kill the scheduler, drop its stored state and every group it made."""
+    """Kill the scheduler, stop leftover Ray jobs, drop its stored state and every group
+    it made."""
     from ray.experimental import internal_kv
     from ray.util.placement_group import placement_group_table, remove_placement_group
 
@@ -47,6 +67,7 @@ def reset_scheduler() -> None:
     from kai_ray.ray.backend import GROUP_PREFIX, KV_NAMESPACE
 
     kai_ray.shutdown_scheduler()
+    stop_ray_jobs()
     for key in internal_kv._internal_kv_list("", namespace=KV_NAMESPACE):
         internal_kv._internal_kv_del(key, namespace=KV_NAMESPACE)
     for info in placement_group_table().values():
