@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import resource
 import statistics
 import time
@@ -10,7 +11,7 @@ from typing import Any
 
 from kai_ray.bench.synthetic import cycle_cluster, eviction_cluster
 from kai_ray.core import DEFAULT_ACTIONS, Bind, ClusterSnapshot, CycleResult, Evict, Pipeline, SchedulerConfig
-from kai_ray.core.cycle import finish_cycle, prepare_cycle, run_action
+from kai_ray.core.cycle import finish_cycle, paused_collection, prepare_cycle, run_action
 
 __all__ = ["bench_cycle", "bench_eviction", "peak_rss_mb"]
 
@@ -22,21 +23,28 @@ def peak_rss_mb() -> float:
 def _time_cycles(
     snapshot: ClusterSnapshot, config: SchedulerConfig, repeat: int
 ) -> tuple[dict[str, list[float]], CycleResult]:
-    """Wall and CPU milliseconds per cycle and per phase (prepare, each action, finish)."""
+    """Wall and CPU milliseconds per cycle and per phase (prepare, each action, finish),
+    with garbage collection paused as run_cycle pauses it; then, outside the cycle, the
+    full collection that frees the cycle's state (`collect_after`, what was deferred)."""
     timings: dict[str, list[float]] = defaultdict(list)
     result: CycleResult | None = None
     for _ in range(repeat):
-        wall, cpu = time.perf_counter(), time.process_time()
-        phase = time.perf_counter()
-        ctx = prepare_cycle(snapshot, config, 0.0)
-        timings["prepare"].append(_ms_since(phase))
-        for name in config.actions:
+        with paused_collection():
+            wall, cpu = time.perf_counter(), time.process_time()
             phase = time.perf_counter()
-            run_action(ctx, name)
-            timings[name].append(_ms_since(phase))
-        result = finish_cycle(ctx)
-        timings["cycle"].append(_ms_since(wall))
-        timings["cycle_cpu"].append((time.process_time() - cpu) * 1000.0)
+            ctx = prepare_cycle(snapshot, config, 0.0)
+            timings["prepare"].append(_ms_since(phase))
+            for name in config.actions:
+                phase = time.perf_counter()
+                run_action(ctx, name)
+                timings[name].append(_ms_since(phase))
+            result = finish_cycle(ctx)
+            timings["cycle"].append(_ms_since(wall))
+            timings["cycle_cpu"].append((time.process_time() - cpu) * 1000.0)
+            del ctx
+        phase = time.perf_counter()
+        gc.collect()
+        timings["collect_after"].append(_ms_since(phase))
     assert result is not None
     return timings, result
 

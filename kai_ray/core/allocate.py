@@ -4,10 +4,9 @@ elastic surplus tasks one at a time. Tasks may land on capacity still being rele
 
 from __future__ import annotations
 
-from kai_ray.core.capacity import capacity_problem
+from kai_ray.core.capacity import capacity_problem, capped
 from kai_ray.core.cluster import Job, Task
 from kai_ray.core.context import CycleContext
-from kai_ray.core.model import TaskStatus
 from kai_ray.core.reasons import explain_unplaced
 
 __all__ = ["allocate", "allocate_step"]
@@ -22,7 +21,8 @@ def allocate(ctx: CycleContext) -> None:
     # only shrinks during allocate, so remember the failure and skip the search.
     failed: dict[ShapeKey, str] = {}
     while (job := order.next_job()) is not None:
-        if allocate_step(ctx, job, "allocate", failed) and job.pending():
+        placed = allocate_step(ctx, job, "allocate", failed)
+        if placed and job.active_count < len(job.tasks) and job.pending():
             order.push_back(job)  # an elastic job goes back in line for each surplus task
         else:
             order.done(job)
@@ -41,6 +41,7 @@ def allocate_step(
             "(some failed or finished); it cannot start whole"
         )
         return False
+    pipelined_before = ctx.stmt.pipelined
     if missing > 0:
         placed = pending[:missing]
         if not _place_gang(ctx, job, placed, action, failed):
@@ -49,7 +50,7 @@ def allocate_step(
         placed = _place_surplus(ctx, job, pending[:1], action)
         if not placed:
             return False
-    if any(t.status is TaskStatus.PIPELINED for t in placed):
+    if ctx.stmt.pipelined != pipelined_before:
         ctx.stmt.pipeline_job(job)
     if len(placed) == len(pending):
         ctx.reasons.pop(job.name, None)
@@ -59,7 +60,7 @@ def allocate_step(
 def _place_gang(
     ctx: CycleContext, job: Job, gang: list[Task], action: str, failed: dict[ShapeKey, str] | None
 ) -> bool:
-    problem = capacity_problem(ctx.state, ctx.shares, job, ctx.amount(gang))
+    problem = capacity_problem(ctx.state, ctx.shares, job, ctx.amount(gang)) if capped(ctx.state, job) else ""
     if problem:
         ctx.reasons[job.name] = problem
         return False
@@ -96,7 +97,7 @@ def _place_surplus(ctx: CycleContext, job: Job, surplus: list[Task], action: str
 def _shape(job: Job, tasks: list[Task]) -> ShapeKey:
     """Jobs that fail to place the same way: equal requests share one demand array."""
     demand = tasks[0].demand
-    if all(t.demand is demand for t in tasks):
+    if job.uniform or all(t.demand is demand for t in tasks):
         shapes: object = (id(demand), len(tasks))
     else:
         shapes = tuple(id(t.demand) for t in tasks)

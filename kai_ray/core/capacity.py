@@ -9,7 +9,7 @@ from kai_ray.core.fairshare import FairShares
 from kai_ray.core.model import RESOURCES
 from kai_ray.core.quantity import format_bytes
 
-__all__ = ["capacity_problem", "describe_amount", "format_resource"]
+__all__ = ["capacity_problem", "capped", "describe_amount", "format_resource"]
 
 
 def format_resource(r: int, value: float) -> str:
@@ -24,10 +24,15 @@ def describe_amount(amount: FloatArray) -> str:
     return ", ".join(parts) or "nothing"
 
 
+def capped(state: ClusterState, job: Job) -> bool:
+    """Whether any capacity check applies to the job (else capacity_problem is "")."""
+    return not job.info.preemptible or bool(state.tree.limited[job.queue])
+
+
 def capacity_problem(state: ClusterState, shares: FairShares, job: Job, amount: FloatArray) -> str:
     """Why adding `amount` for `job` is not allowed, or "" when it is."""
     tree, usage = state.tree, state.usage
-    if job.info.preemptible and not tree.limited[job.queue]:
+    if not capped(state, job):
         return ""
     for q in tree.ancestors[job.queue]:
         for r in range(3):

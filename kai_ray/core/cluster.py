@@ -149,6 +149,10 @@ class Job:
     tasks: list[Task] = field(default_factory=list)
     active_count: int = 0  # tasks counting toward the gang; kept by the Statement
     selector: tuple[tuple[str, str], ...] = ()  # node selector, sorted: a cache key
+    # Every task shares one demand and one queue amount (not sized per node): any n of
+    # its tasks ask for n times the first one's.
+    uniform: bool = False
+    pending_count: int = 0  # tasks Pending; kept by the Statement
 
     @property
     def name(self) -> str:
@@ -162,6 +166,9 @@ class Job:
         return self.active_count
 
     def pending(self) -> list[Task]:
+        n = self.pending_count
+        if n == len(self.tasks) or n == 0:  # a job waiting whole, or not waiting at all
+            return self.tasks[:] if n else []
         return [t for t in self.tasks if t.status is TaskStatus.PENDING]
 
     def running(self) -> list[Task]:
@@ -245,6 +252,11 @@ class _Builder:
                 for i, t in enumerate(info.tasks):
                     job.tasks.append(self._task(job, i, t))
                 job.active_count = sum(1 for t in job.tasks if t.status in _ACTIVE)
+                job.pending_count = sum(1 for t in job.tasks if t.status is _PENDING)
+                first = job.tasks[0] if job.tasks else None
+                job.uniform = first is not None and first.amount is not None and all(
+                    t.demand is first.demand and t.amount is first.amount for t in job.tasks
+                )
             state.jobs.append(job)
             state.job_index[job.name] = job
         self._flush()
@@ -261,6 +273,8 @@ class _Builder:
         if amount is None:
             return False  # gpu-memory slices: sized per node, charged one by one
         fractional = req.gpu_memory > 0 or 0 < req.gpu < 1
+        job.uniform = True
+        job.pending_count = len(infos)
         job.tasks = [
             Task(t, job, i, demand, fractional, pending, since=t.since, amount=amount)
             for i, t in enumerate(infos)

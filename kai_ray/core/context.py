@@ -12,7 +12,7 @@ from kai_ray.core.hooks import ShareRows
 from kai_ray.core.jobqueues import JobQueues
 from kai_ray.core.model import SchedulerConfig
 from kai_ray.core.placement import Placer
-from kai_ray.core.policy import DEFAULT_POLICY, Policy, QueueRank, tasks_to_allocate
+from kai_ray.core.policy import DEFAULT_POLICY, Policy, QueueRank, allocate_count, tasks_to_allocate
 from kai_ray.core.statement import Statement
 
 __all__ = ["CycleContext"]
@@ -32,6 +32,9 @@ class CycleContext:
     rows: ShareRows | None = None
     # A job's next request, while it waits in a JobQueues (its tasks do not change there).
     _next_amount: dict[int, list[float]] = field(default_factory=dict)
+    # n times a shared per-task amount, by (id of that amount, n): read-only arrays.
+    _multiples: dict[tuple[int, int], FloatArray] = field(default_factory=dict)
+    _multiple_rows: dict[tuple[int, int], list[float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.rows = ShareRows.of(self.shares, self.total)
@@ -44,20 +47,40 @@ class CycleContext:
         self._next_amount.pop(id(job), None)
 
     def amount(self, tasks: list[Task]) -> FloatArray:
-        """What these tasks count against their queue (on their node, once placed)."""
+        """What these tasks of one job count against their queue (on their node, once
+        placed). Read-only: the common answer is shared."""
         if not tasks:
             return np.zeros(3)
-        first = tasks[0].amount
-        if first is not None and all(t.amount is first for t in tasks):
-            return first * len(tasks)  # the common case: a gang of identical tasks
+        head = tasks[0]
+        first = head.amount
+        if first is not None and (head.job.uniform or all(t.amount is first for t in tasks)):
+            key = (id(first), len(tasks))  # amounts live as long as the cycle's tasks
+            total = self._multiples.get(key)
+            if total is None:
+                total = self._multiples[key] = first * len(tasks)
+                total.setflags(write=False)
+            return total
         total = np.zeros(3)
         for t in tasks:
             total += self.state.queue_amount(t, t.node)
         return total
 
+    def amount_of(self, task: Task, n: int) -> list[float]:
+        """n times a task's fixed queue amount, as plain floats (cached per amount)."""
+        assert task.amount is not None
+        key = (id(task.amount), n)
+        found = self._multiple_rows.get(key)
+        if found is None:
+            found = self._multiple_rows[key] = (task.amount * n).tolist()
+        return found
+
     def rank(self, q: int, job: Job) -> QueueRank:
         assert self.rows is not None
         amount = self._next_amount.get(id(job))
         if amount is None:
-            amount = self._next_amount[id(job)] = self.amount(tasks_to_allocate(job)).tolist()
+            if job.uniform:  # no need to list the tasks
+                amount = self.amount_of(job.tasks[0], allocate_count(job))
+            else:
+                amount = self.amount(tasks_to_allocate(job)).tolist()
+            self._next_amount[id(job)] = amount
         return self.policy.queue_rank(self.state, self.rows, q, amount)

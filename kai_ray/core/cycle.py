@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import gc
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -27,7 +29,15 @@ from kai_ray.core.policy import DEFAULT_POLICY, Policy
 from kai_ray.core.queues import build_queue_tree
 from kai_ray.core.statement import Statement
 
-__all__ = ["ACTIONS", "UnknownActionError", "finish_cycle", "prepare_cycle", "run_action", "run_cycle"]
+__all__ = [
+    "ACTIONS",
+    "UnknownActionError",
+    "finish_cycle",
+    "paused_collection",
+    "prepare_cycle",
+    "run_action",
+    "run_cycle",
+]
 
 Action = Callable[[CycleContext], None]
 ACTIONS: dict[str, Action] = {"allocate": allocate, **EVICTION_ACTIONS}
@@ -42,10 +52,30 @@ def run_cycle(
 ) -> CycleResult:
     """Decide one cycle. Pure: the snapshot is not modified; same input, same output.
     `policy` swaps the ordering and reclaim rules without touching the actions."""
-    ctx = prepare_cycle(snapshot, config, now, policy)
-    for name in config.actions:
-        run_action(ctx, name)
-    return finish_cycle(ctx)
+    with paused_collection():
+        ctx = prepare_cycle(snapshot, config, now, policy)
+        for name in config.actions:
+            run_action(ctx, name)
+        return finish_cycle(ctx)
+
+
+@contextlib.contextmanager
+def paused_collection() -> Iterator[None]:
+    """Python's cyclic garbage collector paused for the length of one cycle.
+
+    A cycle allocates hundreds of thousands of small objects (heap entries, undo closures)
+    while tens of thousands of tasks are alive, and every full collection those
+    allocations trigger walks all of them: about 15% of allocate at 10,000 nodes. The
+    cycle itself makes little cyclic garbage (the previous cycle's state is freed by the
+    caller), so collection waits until the cycle is decided, then resumes on the
+    collector's usual schedule. Reference counting frees everything else as usual."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def prepare_cycle(

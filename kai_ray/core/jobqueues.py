@@ -34,13 +34,15 @@ class JobQueues:
         self.forget = forget
         self.job_key = job_key
         tree = state.tree
-        # Per leaf queue, a heap of (job key, arrival, job): a job may come back in line.
-        self.waiting: dict[int, list[tuple[Any, int, Job]]] = {}
+        # Per leaf queue, a heap of (*job key, arrival, job), flat like the queue heaps:
+        # a job may come back in line.
+        self.waiting: dict[int, list[tuple[Any, ...]]] = {}
         self._arrival = 0
         for key, job in sorted(((job_key(j), j) for j in jobs), key=lambda kj: kj[0]):
             self._arrival += 1  # ascending keys in arrival order: each list is a valid heap
-            self.waiting.setdefault(job.queue, []).append((key, self._arrival, job))
-        self.heaps: dict[int, list[tuple[Any, int, int, int]]] = {}
+            self.waiting.setdefault(job.queue, []).append((*key, self._arrival, job))
+        # Per inner queue, its children as (*rank, tick, child, version): flat tuples.
+        self.heaps: dict[int, list[tuple[Any, ...]]] = {}
         self.version = [0] * len(tree)
         self.head: dict[int, Job] = {}
         self._tick = 0
@@ -50,28 +52,39 @@ class JobQueues:
 
     def refresh(self, leaf: int) -> None:
         """Re-rank `leaf` and its ancestors after its jobs or usage changed."""
+        parent_of, version = self.state.tree.parent, self.version
         for q in self.state.tree.ancestors[leaf]:
-            self.version[q] += 1
+            heap = self.heaps.setdefault(parent_of[q], [])
+            # The queue just served is usually its parent's top entry: replace it in one
+            # sift rather than push a new one and leave the old to be popped later.
+            on_top = bool(heap) and heap[0][-2] == q and heap[0][-1] == version[q]
+            version[q] += 1
             job = self._head_of(q)
             if job is None:
                 self.head.pop(q, None)
                 continue
             self.head[q] = job
             self._tick += 1
-            entry = (self.rank(q, job), self._tick, q, self.version[q])
-            heapq.heappush(self.heaps.setdefault(self.state.tree.parent[q], []), entry)
+            entry = (*self.rank(q, job), self._tick, q, version[q])
+            if on_top:
+                heapq.heapreplace(heap, entry)
+            else:
+                heapq.heappush(heap, entry)
 
     def _head_of(self, q: int) -> Job | None:
         if q in self.waiting:
             jobs = self.waiting[q]
-            return jobs[0][2] if jobs else None
+            job: Job | None = jobs[0][-1] if jobs else None
+            return job
         top = self._top(q)
         return None if top is None else self.head.get(top)
 
     def _top(self, parent: int) -> int | None:
         heap = self.heaps.get(parent)
         while heap:
-            _, _, q, version = heap[0]
+            top = heap[0]
+            q: int = top[-2]
+            version: int = top[-1]
             if version == self.version[q] and q in self.head:
                 return q
             heapq.heappop(heap)
@@ -85,12 +98,13 @@ class JobQueues:
             q = self._top(q)
         if q is None:
             return None
-        return heapq.heappop(self.waiting[q])[2]
+        job: Job = heapq.heappop(self.waiting[q])[-1]
+        return job
 
     def push_back(self, job: Job) -> None:
         """The job took a step and wants more (elastic surplus): back in line, by its key."""
         self._arrival += 1
-        heapq.heappush(self.waiting[job.queue], (self.job_key(job), self._arrival, job))
+        heapq.heappush(self.waiting[job.queue], (*self.job_key(job), self._arrival, job))
         self.done(job)
 
     def done(self, job: Job) -> None:

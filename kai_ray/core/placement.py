@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kai_ray.core.cluster import EPS, BoolArray, ClusterState, FloatArray, Job, Task
-from kai_ray.core.model import SchedulerConfig, TopologyConstraint
+from kai_ray.core.model import SchedulerConfig, TaskStatus, TopologyConstraint
 from kai_ray.core.nodeindex import GpuBuckets
 from kai_ray.core.statement import Statement
 
@@ -231,15 +231,16 @@ class Placer:
 
     def _can_fill_blocks(self, tasks: Sequence[Task], mask: BoolArray) -> bool:
         """Under binpack a node that took a task only scores better, so the greedy
-        task-by-task choice fills the best node before moving on: place in blocks."""
+        task-by-task choice fills the best node before moving on: place in blocks. A
+        single task is a block of one under either scoring (the GPU index's best node)."""
         first = tasks[0]
         return (
-            len(tasks) > 1
-            and self.config.gpu_placement == "binpack"
+            (len(tasks) == 1 or self.config.gpu_placement == "binpack")
+            and first.status is TaskStatus.PENDING
             and mask is self._selector_masks.get(())
             and not first.fraction_request
             and first.demand[0] >= 1
-            and all(t.demand is first.demand for t in tasks)
+            and (first.job.uniform or all(t.demand is first.demand for t in tasks))
         )
 
     def _fill_blocks(self, stmt: Statement, tasks: Sequence[Task], action: str) -> list[Task]:
@@ -251,9 +252,12 @@ class Placer:
             node = self._first_in_buckets(rest[0])
             if node < 0:
                 break
-            row = idle[node].tolist()
-            room = int(min((row[c] + EPS) // d for c, d in need))
-            block, rest = rest[: max(room, 1)], rest[max(room, 1) :]
+            if len(rest) == 1:  # the node fits one: that is what the index answers
+                block, rest = rest, []
+            else:
+                row = idle[node].tolist()
+                room = max(1, int(min((row[c] + EPS) // d for c, d in need)))
+                block, rest = rest[:room], rest[room:]
             stmt.place_block(block, node, action)
         return rest
 

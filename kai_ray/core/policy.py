@@ -26,6 +26,7 @@ __all__ = [
     "Policy",
     "QueueRank",
     "TieBreak",
+    "allocate_count",
     "dominant_share",
     "job_order_key",
     "queue_rank",
@@ -41,11 +42,16 @@ def job_order_key(job: Job) -> tuple[int, bool, float, int]:
     return (-job.info.priority, satisfied, job.info.created_at, job.order)
 
 
-def tasks_to_allocate(job: Job) -> list[Task]:
-    """The gang's missing tasks, or the next surplus task of an elastic job already whole."""
-    pending = job.pending()
+def allocate_count(job: Job) -> int:
+    """How many tasks the job's next step asks for: the gang's missing tasks, or the next
+    surplus task of an elastic job already whole (fewer when fewer are pending)."""
     need = job.gang - job.active()
-    return pending[:need] if need > 0 else pending[:1]
+    return min(job.pending_count, need if need > 0 else 1)
+
+
+def tasks_to_allocate(job: Job) -> list[Task]:
+    """The tasks of the job's next step (see allocate_count)."""
+    return job.pending()[: allocate_count(job)]
 
 
 def dominant_share(amount: Sequence[float], allocatable: Sequence[float], total: Sequence[float]) -> float:
@@ -80,8 +86,9 @@ class TieBreak:
         return self.created < other.created
 
 
-# Sortable rank of a queue for its next job (smaller goes first).
-QueueRank = tuple[tuple[bool, bool, int, bool, float, float], TieBreak]
+# Sortable rank of a queue for its next job (smaller goes first). Flat, so that heaps
+# compare plain numbers element by element and reach the TieBreak only on a full tie.
+QueueRank = tuple[bool, bool, int, bool, float, float, TieBreak]
 
 
 def queue_rank(state: ClusterState, rows: ShareRows, q: int, job_amount: Sequence[float]) -> QueueRank:
@@ -102,8 +109,10 @@ def queue_rank(state: ClusterState, rows: ShareRows, q: int, job_amount: Sequenc
     share_without = max(
         a0 / b0 if a0 > EPS else 0.0, a1 / b1 if a1 > EPS else 0.0, a2 / b2 if a2 > EPS else 0.0
     )
-    key = (over, not starved, -state.tree.priority[q], zero_share, share_with, share_without)
-    return key, TieBreak(allocatable, q)
+    return (
+        over, not starved, -state.tree.priority[q], zero_share, share_with, share_without,
+        TieBreak(allocatable, q),
+    )
 
 
 def victim_order_key(u: Unit) -> tuple[bool, int, float, int, int]:

@@ -25,6 +25,7 @@ class Statement:
     def __init__(self, state: ClusterState) -> None:
         self.state = state
         self._undo: list[Undo] = []
+        self.pipelined = 0  # placements onto releasing capacity that stand (undo takes back)
 
     # ------------------------------------------------------------ transactions
 
@@ -60,9 +61,14 @@ class Statement:
         task.status = TaskStatus.PIPELINED if pipelined else TaskStatus.BINDING
         task.node, task.device, task.placed_by = node, device, action
         job.active_count += 1  # from Pending or Releasing: neither counted
+        was_pending = previous[0] is TaskStatus.PENDING
+        job.pending_count -= was_pending
+        self.pipelined += pipelined
 
         def undo() -> None:
             job.active_count -= 1
+            job.pending_count += was_pending
+            self.pipelined -= pipelined
             task.status, task.node, task.device, task.placed_by = previous
             self.state.usage.add(job.queue, amount, not job.info.preemptible, sign=-1.0)
             if undo_device is not None:
@@ -79,20 +85,23 @@ class Statement:
     def place_block(self, tasks: list[Task], node: int, action: str) -> None:
         """Bind identical whole-device tasks on one node with free room for all of them:
         one update of the node and the queue instead of one per task."""
-        nodes, job = self.state.nodes, tasks[0].job
-        total = tasks[0].demand * len(tasks)
+        nodes, job, n = self.state.nodes, tasks[0].job, len(tasks)
+        total = tasks[0].demand * n if n > 1 else tasks[0].demand
         nodes.idle[node] -= total
         nodes.changed(node)
-        amount = self.state.queue_amount(tasks[0], node) * len(tasks)
+        amount = self.state.queue_amount(tasks[0], node)
+        amount = amount * n if n > 1 else amount
         self.state.usage.add(job.queue, amount, not job.info.preemptible)
         binding, pending = TaskStatus.BINDING, TaskStatus.PENDING
         for t in tasks:
             assert t.status is pending, "blocks are placed from pending tasks only"
             t.status, t.node, t.placed_by = binding, node, action
         job.active_count += len(tasks)
+        job.pending_count -= len(tasks)
 
         def undo() -> None:
             job.active_count -= len(tasks)
+            job.pending_count += len(tasks)
             for t in tasks:
                 t.status, t.node, t.device, t.placed_by = pending, -1, -1, ""
             self.state.usage.add(job.queue, amount, not job.info.preemptible, sign=-1.0)
