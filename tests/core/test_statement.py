@@ -41,7 +41,16 @@ def _fingerprint(state: ClusterState) -> object:
         copy.deepcopy(state.usage.allocated),
         copy.deepcopy(state.usage.allocated_nonpreemptible),
         [(t.status, t.node, t.device, t.evicted_from, t.evict_reason) for j in state.jobs for t in j.tasks],
+        [(j.active_count, j.pending_count) for j in state.jobs],
     )
+
+
+def _counts_agree(state: ClusterState) -> None:
+    """The per-job counters the Statement keeps match the tasks' statuses."""
+    for j in state.jobs:
+        statuses = [t.status for t in j.tasks]
+        assert j.pending_count == statuses.count(TaskStatus.PENDING), j.name
+        assert j.active_count == sum(s.is_active for s in statuses), j.name
 
 
 def _cluster() -> ClusterBuilder:
@@ -74,7 +83,25 @@ def test_rollback_restores_every_field_after_places_and_evictions() -> None:
     ctx.stmt.place(gang[0], 0, -1, False, "allocate")
     ctx.stmt.place(gang[1], 1, -1, True, "allocate")
     ctx.stmt.pipeline_job(ctx.state.job_index["gang"])
+    assert ctx.stmt.pipelined == 1
+    _counts_agree(ctx.state)
     assert _fingerprint(ctx.state) != before
+    ctx.stmt.rollback(checkpoint)
+    assert _fingerprint(ctx.state) == before
+    assert ctx.stmt.pipelined == 0
+    _counts_agree(ctx.state)
+
+
+def test_blocks_keep_the_counts_and_roll_back() -> None:
+    ctx = _context(_cluster())
+    gang = ctx.state.job_index["gang"]
+    assert gang.uniform and gang.pending_count == 3
+    before = _fingerprint(ctx.state)
+    checkpoint = ctx.stmt.checkpoint()
+    ctx.stmt.place_block(gang.tasks[:2], 0, "allocate")
+    assert (gang.active_count, gang.pending_count) == (2, 1)
+    assert [t.node for t in gang.tasks] == [0, 0, -1]
+    _counts_agree(ctx.state)
     ctx.stmt.rollback(checkpoint)
     assert _fingerprint(ctx.state) == before
 
