@@ -101,4 +101,4 @@ def _shape(job: Job, tasks: list[Task]) -> ShapeKey:
         shapes: object = (id(demand), len(tasks))
     else:
         shapes = tuple(id(t.demand) for t in tasks)
-    return (shapes, job.selector, job.info.topology)
+    return (shapes, job.selector, job.info.topology, job.info.spread)

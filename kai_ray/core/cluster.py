@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kai_ray.core.model import (
+    SPREAD_MODES,
     ClusterSnapshot,
     JobInfo,
     NodeInfo,
@@ -398,6 +399,11 @@ def _job_problem(info: JobInfo, tree: QueueTree) -> str:
         return (
             f"job {info.name!r}: queue {info.queue!r} has child queues and cannot hold jobs; "
             "submit to one of its leaf queues"
+        )
+    if info.spread not in SPREAD_MODES:
+        return (
+            f"job {info.name!r}: spread {info.spread!r} is unknown; use 'preferred', "
+            "'required' or '' (no spreading)"
         )
     return ""
 

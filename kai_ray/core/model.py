@@ -19,6 +19,7 @@ __all__ = [
     "GPU",
     "MEMORY",
     "RESOURCES",
+    "SPREAD_MODES",
     "UNLIMITED",
     "Bind",
     "ClusterSnapshot",
@@ -147,6 +148,10 @@ class TaskInfo:
     since: float = 0.0  # absolute time the task entered its status
 
 
+# JobInfo.spread: none, one task per node when possible, one task per node or wait.
+SPREAD_MODES = ("", "preferred", "required")
+
+
 @dataclass(slots=True)
 class JobInfo:
     """A workload: a gang of tasks admitted all together (minMember), plus elastic surplus."""
@@ -161,6 +166,9 @@ class JobInfo:
     topology: TopologyConstraint | None = None
     node_selector: Mapping[str, str] = field(default_factory=dict)
     stale_since: float | None = None  # when active tasks dropped below min_member
+    # One task per node: "preferred" (best effort, like Ray's SPREAD) or "required"
+    # (like STRICT_SPREAD: a task that finds no node of its own waits); "" for none.
+    spread: str = ""
 
     @property
     def gang_size(self) -> int:

@@ -55,14 +55,26 @@ class Placer:
 
     def job_mask(self, job: Job) -> BoolArray:
         """Like base_mask, but a job with a required topology level stays in the domain
-        where its active tasks already run (elastic growth keeps the gang together)."""
+        where its active tasks already run (elastic growth keeps the gang together), and
+        a job that requires spreading keeps off the nodes its tasks already hold."""
         mask = self.base_mask(job)
         constraint = job.info.topology
-        if constraint is None or not constraint.required:
+        if constraint is not None and constraint.required:
+            ids, _ = self.domains(constraint.required)
+            held = {int(ids[t.node]) for t in job.tasks if t.status.is_active and t.node >= 0}
+            mask = mask & np.isin(ids, list(held)) if held else mask
+        if job.info.spread == "required":
+            mask = self._off_own_nodes(job, mask)
+        return mask
+
+    def _off_own_nodes(self, job: Job, mask: BoolArray) -> BoolArray:
+        """`mask` without the nodes where the job's active tasks are (or were just placed)."""
+        own = [t.node for t in job.tasks if t.status.is_active and t.node >= 0]
+        if not own:
             return mask
-        ids, _ = self.domains(constraint.required)
-        held = {int(ids[t.node]) for t in job.tasks if t.status.is_active and t.node >= 0}
-        return mask & np.isin(ids, list(held)) if held else mask
+        out = mask.copy()
+        out[own] = False
+        return out
 
     def domains(self, level: str) -> tuple[IntArray, list[str]]:
         """Per node, the id of its domain at a topology level (-1: node lacks the label)."""
@@ -211,15 +223,30 @@ class Placer:
     ) -> bool:
         """Place every task or none (the caller's checkpoint is rolled back on failure)."""
         checkpoint = stmt.checkpoint()
-        if self._can_fill_blocks(tasks, mask):
+        spread = tasks[0].job.info.spread if tasks else ""
+        if not spread and self._can_fill_blocks(tasks, mask):
             tasks = self._fill_blocks(stmt, tasks, action)
         for task in tasks:
-            spot = self.choose(task, mask, allow_pipeline)
+            if spread:
+                spot = self._spread_spot(task, mask, allow_pipeline, spread == "required")
+            else:
+                spot = self.choose(task, mask, allow_pipeline)
             if spot is None:
                 stmt.rollback(checkpoint)
                 return False
             stmt.place(task, spot[0], spot[1], spot[2], action)
         return True
+
+    def _spread_spot(self, task: Task, mask: BoolArray, allow_pipeline: bool, required: bool) -> Spot | None:
+        """A node none of the job's tasks holds: now, else (when only preferred) any node
+        now, else the same two on releasing capacity."""
+        elsewhere = self._off_own_nodes(task.job, mask)
+        if required:
+            return self.choose(task, elsewhere, allow_pipeline)
+        spot = self.choose(task, elsewhere, False) or self.choose(task, mask, False)
+        if spot is None and allow_pipeline:
+            spot = self.choose(task, elsewhere, True) or self.choose(task, mask, True)
+        return spot
 
     def _needs(self, demand: FloatArray) -> list[tuple[int, float]]:
         """The demand's non-zero columns as plain numbers (cached per shared demand)."""

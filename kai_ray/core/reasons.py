@@ -62,6 +62,14 @@ def explain_unplaced(placer: Placer, tasks: Sequence[Task]) -> str:
     constraint = job.info.topology
     if constraint is not None and constraint.required:
         return _topology_reason(placer, tasks, mask, constraint.required, gang)
+    if job.info.spread == "required":
+        own = len({t.node for t in job.tasks if t.status.is_active and t.node >= 0})
+        return (
+            f"{gang} must spread one task per node: {fitting} nodes have room for a task "
+            f"(now or once released) and {own} of them may already hold one of its tasks"
+            if own else
+            f"{gang} must spread one task per node: only {fitting} nodes have room for a task"
+        )
     free_gpus = float((nodes.idle[mask, 0] + nodes.releasing[mask, 0]).sum())
     largest = float((nodes.idle[mask, 0]).max()) if mask.any() else 0.0
     if fitting == 0:

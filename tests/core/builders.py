@@ -99,6 +99,7 @@ class ClusterBuilder:
         preemptible: bool | None = None,
         topology: TopologyConstraint | None = None,
         node_selector: dict[str, str] | None = None,
+        spread: str = "",
     ) -> ClusterBuilder:
         value = PRIORITY[priority] if isinstance(priority, str) else priority
         self._request = Request(gpu=0 if gpu_memory else gpu, gpu_memory=gpu_memory, cpu=cpu, memory=memory)
@@ -112,6 +113,7 @@ class ClusterBuilder:
             created_at=float(len(self.jobs)) if created_at is None else created_at,
             topology=topology,
             node_selector=node_selector or {},
+            spread=spread,
         )
         self.jobs.append(self._job)
         return self

@@ -106,6 +106,7 @@ def _job(draw: st.DrawFn, j: int, leaves: list[str], nodes: list[NodeInfo]) -> J
         preemptible=priority < 100,
         min_member=min_member,
         created_at=float(j),
+        spread=draw(st.sampled_from(["", "", "preferred", "required"])),
     )
 
 
@@ -261,3 +262,23 @@ def test_every_waiting_job_has_a_reason(snap: ClusterSnapshot) -> None:
     for job in snap.jobs:
         if any(t.status is TaskStatus.PENDING for t in job.tasks) and job.name not in placed:
             assert result.pending_reasons.get(job.name), job.name
+
+
+@SETTINGS
+@given(clusters())
+def test_required_spread_never_puts_two_of_a_jobs_tasks_on_one_node(snap: ClusterSnapshot) -> None:
+    if not _fits_input(snap):
+        return
+    result = run_cycle(snap, SchedulerConfig(), 0.0)
+    by_task = _by_task(result.decisions)
+    for job in snap.jobs:
+        if job.spread != "required":
+            continue
+        decided = {t.name: by_task.get(t.name, []) for t in job.tasks}
+        staying = [
+            t.node for t in job.tasks
+            if t.status is TaskStatus.RUNNING and not any(isinstance(d, Evict) for d in decided[t.name])
+        ]
+        placed = [d.node for ds in decided.values() for d in ds if isinstance(d, Bind | Pipeline)]
+        assert len(set(placed)) == len(placed), f"{job.name}: {placed}"
+        assert not set(placed) & set(staying), f"{job.name}: placed {placed} beside {staying}"

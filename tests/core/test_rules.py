@@ -32,7 +32,62 @@ def _racks() -> ClusterBuilder:
     )
 
 
+def _three_nodes() -> ClusterBuilder:
+    return (
+        ClusterBuilder()
+        .node("n0", gpus=4)
+        .node("n1", gpus=4)
+        .node("n2", gpus=4)
+        .queue("q", gpu_quota=12)
+    )
+
+
 CASES = [
+    Case(
+        "a gang that prefers spreading takes a node per task (binpack would stack them)",
+        _three_nodes().job("g", "q", spread="preferred").pending(3),
+        ("allocate",),
+        {"g": {"bind@n0", "bind@n1", "bind@n2"}},
+    ),
+    Case(
+        "preferred spreading doubles up when there are fewer nodes than tasks",
+        _three_nodes().job("g", "q", spread="preferred").pending(5),
+        ("allocate",),
+        {"g": {"bind@n0", "bind@n1", "bind@n2"}},
+    ),
+    Case(
+        "required spreading waits when there are fewer nodes than tasks",
+        _three_nodes().job("g", "q", spread="required").pending(4),
+        ("allocate",),
+        {},
+        reasons={"g": "must spread one task per node: only 3 nodes have room"},
+    ),
+    Case(
+        "required spreading keeps an elastic job's next task off the nodes it holds",
+        _three_nodes()
+        .job("other", "q", gpu=4)
+        .running("n2")
+        .job("e", "q", min_member=1, spread="required")
+        .running("n0")
+        .pending(),
+        ("allocate",),
+        {"e": {"bind@n1"}},
+    ),
+    Case(
+        "preempt frees a node of its own for a gang that requires spreading",
+        ClusterBuilder()
+        .node("n0", gpus=2)
+        .node("n1", gpus=2)
+        .queue("q", gpu_quota=4)
+        .job("t1", "q")
+        .running("n1")
+        .job("t2", "q")
+        .running("n1")
+        .job("inf", "q", priority="inference", spread="required")
+        .pending(2),
+        ("allocate", "preempt"),
+        {"inf": {"pipeline@n0", "pipeline@n1"}, "t2": {"evict@n1"}},
+    ),
     Case(
         "binpack fills the fuller node first",
         ClusterBuilder()
@@ -317,6 +372,24 @@ def test_unknown_queue_is_reported_and_nothing_else_is_disturbed() -> None:
     result = cycle(snap, "allocate")
     assert outcome(result) == {"ok": {"bind@n0"}}
     assert "queue 'nowhere' does not exist" in result.invalid["lost"]
+
+
+def test_unknown_spread_is_reported_with_the_fix() -> None:
+    snap = (
+        ClusterBuilder()
+        .node("n0", gpus=2)
+        .queue("q", gpu_quota=2)
+        .job("ok", "q")
+        .pending()
+        .job("odd", "q", spread="STRICT")
+        .pending()
+        .build()
+    )
+    result = cycle(snap, "allocate")
+    assert outcome(result) == {"ok": {"bind@n0"}}
+    assert result.invalid["odd"] == (
+        "job 'odd': spread 'STRICT' is unknown; use 'preferred', 'required' or '' (no spreading)"
+    )
 
 
 def test_invalid_tree_is_refused_with_the_queue_and_field() -> None:
