@@ -72,6 +72,9 @@ def _add_job(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     submit.add_argument("--workers", type=int, default=1, help="bundles in the reservation")
     submit.add_argument("--min-workers", type=int, default=0, help="elastic: the gang size")
     submit.add_argument("--resources", default="{}", help='other resources, JSON: {"x": 1}')
+    submit.add_argument("--strategy", default="PACK", type=str.upper,
+                        help="PACK (default), SPREAD (a node per worker when possible), "
+                        "STRICT_PACK (one node), STRICT_SPREAD (a node per worker)")
     submit.add_argument("--grace-period", type=float, default=10.0,
                         help="seconds between the preemption notice and the stop")
     submit.add_argument("--name", default="")
@@ -210,6 +213,7 @@ def _job_submit(args: argparse.Namespace) -> int:
         spec = make_spec(
             args.queue, _priority(args.priority), kind="job", workers=args.workers,
             min_workers=args.min_workers, resources_per_worker=resources, name=args.name,
+            strategy=args.strategy,
             grace_period=args.grace_period, entrypoint=" ".join(command),
             runtime_env=runtime_env, handoff=args.handoff,
         )

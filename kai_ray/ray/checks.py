@@ -13,7 +13,7 @@ from kai_ray.ray.workload import WorkloadSpec
 
 __all__ = ["STRATEGIES", "SubmitError", "validate_spec"]
 
-STRATEGIES = frozenset({"PACK", "SPREAD", "STRICT_PACK"})
+STRATEGIES = frozenset({"PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"})
 
 
 class SubmitError(ValueError):

@@ -33,6 +33,8 @@ GPU_MODEL_LABEL = "ray.io/accelerator-type"
 _DEFAULT_GPU_MEMORY = 80 * 1024**3
 _CORE_NAMES = {"GPU", "CPU", "memory", "gpu_memory"}
 
+_SPREAD = {"SPREAD": "preferred", "STRICT_SPREAD": "required"}
+
 
 def _schedulable(name: str) -> bool:
     return not (
@@ -149,6 +151,9 @@ def job_info(w: Workload) -> JobInfo:
     topology = None
     if w.spec.strategy == "STRICT_PACK":
         topology = TopologyConstraint(topology=NODE_TOPOLOGY, required=NODE_ID_LABEL)
+    # PACK is the scheduler's binpack (or its configured spread); SPREAD and STRICT_SPREAD
+    # mean what Ray means by them: a node per worker when possible, or always.
+    spread = _SPREAD.get(w.spec.strategy, "")
     return JobInfo(
         name=w.id,
         queue=w.spec.queue,
@@ -158,6 +163,7 @@ def job_info(w: Workload) -> JobInfo:
         min_member=w.spec.gang,
         created_at=w.created_at,
         topology=topology,
+        spread=spread,
     )
 
 

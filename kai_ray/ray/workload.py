@@ -74,7 +74,7 @@ class WorkloadSpec:
     workers: int = 1  # the most workers (bundles)
     min_workers: int = 0  # the gang; 0 = all workers
     resources_per_worker: dict[str, float] = field(default_factory=lambda: {"CPU": 1.0})
-    strategy: str = "PACK"  # PACK, SPREAD, STRICT_PACK (one node)
+    strategy: str = "PACK"  # PACK, SPREAD, STRICT_PACK (one node), STRICT_SPREAD (a node each)
     kind: Kind = "function"
     name: str = ""  # a label for people; the id is what identifies it
     on_preempt: Literal["requeue", "fail"] = "requeue"
