@@ -38,6 +38,7 @@ case "${1:-}" in
     "$VENV/bin/pip" install -q -e '.[test]'
     shift
     echo "== ruff";          "$VENV/bin/ruff" check kai_ray tests
+    echo "== ruff format";   "$VENV/bin/ruff" format --check -q kai_ray tests
     echo "== mypy (strict on kai_ray/core)"; "$VENV/bin/mypy" kai_ray/core
     echo "== import contracts"; "$VENV/bin/lint-imports"
     echo "== pytest"

@@ -12,10 +12,24 @@ from typing import Any
 __version__ = "0.1.0"
 
 _API = {
-    "Reservation", "Scheduler", "SubmitError", "WorkloadCancelled", "WorkloadFailed",
-    "WorkloadFunction", "WorkloadHandle", "WorkloadPreempted", "current_workload",
-    "get_scheduler", "init", "preemption_notice", "reservation", "reservation_strategy",
-    "shutdown_scheduler", "workload", "reservation_placement", "train_scaling_config",
+    "Reservation",
+    "Scheduler",
+    "SubmitError",
+    "WorkloadCancelled",
+    "WorkloadFailed",
+    "WorkloadFunction",
+    "WorkloadHandle",
+    "WorkloadPreempted",
+    "current_workload",
+    "get_scheduler",
+    "init",
+    "preemption_notice",
+    "reservation",
+    "reservation_strategy",
+    "shutdown_scheduler",
+    "workload",
+    "reservation_placement",
+    "train_scaling_config",
     "worker_strategies",
 }
 

@@ -34,15 +34,18 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     cancel.set_defaults(func=_cancel)
     _add_job(subparsers)
     demo = subparsers.add_parser(
-        "demo", help="start a local multi-node Ray cluster with fake GPUs and show queues, "
-        "fair share and preemption end to end")
+        "demo",
+        help="start a local multi-node Ray cluster with fake GPUs and show queues, "
+        "fair share and preemption end to end",
+    )
     demo.add_argument("--quick", action="store_true", help="shorter waits (for tests)")
     demo.set_defaults(func=_demo)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--address", default=None,
-                   help="Ray cluster address (default: $RAY_ADDRESS or the local cluster)")
+    p.add_argument(
+        "--address", default=None, help="Ray cluster address (default: $RAY_ADDRESS or the local cluster)"
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
@@ -63,8 +66,10 @@ def _add_job(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     job = subparsers.add_parser("job", help="Ray Jobs queued by kai-ray")
     sub = job.add_subparsers(title="job commands", metavar="COMMAND")
     submit = sub.add_parser(
-        "submit", help="queue a Ray job; it is submitted to Ray once admitted",
-        usage="kai-ray job submit --queue Q [--priority P] [--gpus N] ... -- CMD [ARGS...]")
+        "submit",
+        help="queue a Ray job; it is submitted to Ray once admitted",
+        usage="kai-ray job submit --queue Q [--priority P] [--gpus N] ... -- CMD [ARGS...]",
+    )
     submit.add_argument("--queue", required=True)
     submit.add_argument("--priority", default="train", help="class name or integer")
     submit.add_argument("--gpus", type=float, default=0.0, help="GPUs per worker (0.5 = half)")
@@ -72,16 +77,24 @@ def _add_job(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     submit.add_argument("--workers", type=int, default=1, help="bundles in the reservation")
     submit.add_argument("--min-workers", type=int, default=0, help="elastic: the gang size")
     submit.add_argument("--resources", default="{}", help='other resources, JSON: {"x": 1}')
-    submit.add_argument("--strategy", default="PACK", type=str.upper,
-                        help="PACK (default), SPREAD (a node per worker when possible), "
-                        "STRICT_PACK (one node), STRICT_SPREAD (a node per worker)")
-    submit.add_argument("--grace-period", type=float, default=10.0,
-                        help="seconds between the preemption notice and the stop")
+    submit.add_argument(
+        "--strategy",
+        default="PACK",
+        type=str.upper,
+        help="PACK (default), SPREAD (a node per worker when possible), "
+        "STRICT_PACK (one node), STRICT_SPREAD (a node per worker)",
+    )
+    submit.add_argument(
+        "--grace-period", type=float, default=10.0, help="seconds between the preemption notice and the stop"
+    )
     submit.add_argument("--name", default="")
     submit.add_argument("--working-dir", default=None, help="runtime_env working_dir")
-    submit.add_argument("--handoff", action="store_true",
-                        help="release the reservation to the job once admitted (Ray Train, "
-                        "Ray Serve: they reserve their own; kai-ray keeps the accounting)")
+    submit.add_argument(
+        "--handoff",
+        action="store_true",
+        help="release the reservation to the job once admitted (Ray Train, "
+        "Ray Serve: they reserve their own; kai-ray keeps the accounting)",
+    )
     submit.add_argument("entrypoint", nargs=argparse.REMAINDER, help="-- the command to run")
     _common(submit)
     submit.set_defaults(func=_job_submit)
@@ -108,16 +121,21 @@ def _connect(address: str | None, start: bool = False) -> Any:
     from kai_ray.api.client import get_scheduler
 
     if not ray.is_initialized():
-        ray.init(address=address or os.environ.get("RAY_ADDRESS") or "auto",
-                 logging_level=logging.ERROR, log_to_driver=False)
+        ray.init(
+            address=address or os.environ.get("RAY_ADDRESS") or "auto",
+            logging_level=logging.ERROR,
+            log_to_driver=False,
+        )
     try:
         return get_scheduler()
     except ValueError:
         return None
 
 
-_NO_SCHEDULER = ("no kai-ray scheduler runs on this cluster; start one with "
-                 "`kai-ray queue apply -f QUEUES.yaml` or kai_ray.init() in a driver")
+_NO_SCHEDULER = (
+    "no kai-ray scheduler runs on this cluster; start one with "
+    "`kai-ray queue apply -f QUEUES.yaml` or kai_ray.init() in a driver"
+)
 
 
 def _print(args: argparse.Namespace, data: Any, text: str) -> int:
@@ -208,14 +226,20 @@ def _job_submit(args: argparse.Namespace) -> int:
     try:
         extra = json.loads(args.resources)
         resources = {"CPU": args.cpus, **({"GPU": args.gpus} if args.gpus else {}), **extra}
-        runtime_env = ({"working_dir": os.path.abspath(args.working_dir)}
-                       if args.working_dir else {})
+        runtime_env = {"working_dir": os.path.abspath(args.working_dir)} if args.working_dir else {}
         spec = make_spec(
-            args.queue, _priority(args.priority), kind="job", workers=args.workers,
-            min_workers=args.min_workers, resources_per_worker=resources, name=args.name,
+            args.queue,
+            _priority(args.priority),
+            kind="job",
+            workers=args.workers,
+            min_workers=args.min_workers,
+            resources_per_worker=resources,
+            name=args.name,
             strategy=args.strategy,
-            grace_period=args.grace_period, entrypoint=" ".join(command),
-            runtime_env=runtime_env, handoff=args.handoff,
+            grace_period=args.grace_period,
+            entrypoint=" ".join(command),
+            runtime_env=runtime_env,
+            handoff=args.handoff,
         )
     except (json.JSONDecodeError, UnknownPriorityClassError) as exc:
         return _fail(f"job submit: {exc}")
@@ -227,8 +251,9 @@ def _job_submit(args: argparse.Namespace) -> int:
     except SubmitError as exc:
         return _fail(f"job submit: {exc}")
     info = sched.info(wid)
-    return _print(args, info, f"queued {wid} in {args.queue} ({info['state']}); "
-                  f"follow it with `kai-ray explain {wid}`")
+    return _print(
+        args, info, f"queued {wid} in {args.queue} ({info['state']}); follow it with `kai-ray explain {wid}`"
+    )
 
 
 def _priority(text: str) -> str | int:
@@ -242,8 +267,18 @@ def _job_list(args: argparse.Namespace) -> int:
     if sched is None:
         return _fail(_NO_SCHEDULER)
     jobs = [w for w in sched.list() if w["kind"] == "job"]
-    rows = [[w["id"], w["queue"], str(w["priority"]), w["state"], str(w["position"] or "-"),
-             w["submission_id"] or "-", w["reason"][:60]] for w in jobs]
+    rows = [
+        [
+            w["id"],
+            w["queue"],
+            str(w["priority"]),
+            w["state"],
+            str(w["position"] or "-"),
+            w["submission_id"] or "-",
+            w["reason"][:60],
+        ]
+        for w in jobs
+    ]
     text = table(["ID", "QUEUE", "PRIO", "STATE", "POS", "RAY JOB", "REASON"], rows)
     return _print(args, jobs, text)
 

@@ -96,8 +96,7 @@ def run_demo(quick: bool = False) -> int:
     try:
         ray.init(address=cluster.address, logging_level=logging.ERROR, log_to_driver=False)
         sched = kai_ray.init(queues=QUEUES)
-        tl.say("cluster up: 2 nodes x 4 GPUs (simulated); queues research and prod, "
-               "quota 4 GPUs each")
+        tl.say("cluster up: 2 nodes x 4 GPUs (simulated); queues research and prod, quota 4 GPUs each")
         return _story(ray, kai_ray, sched, tl, quick, queue_table)
     finally:
         kai_ray.shutdown_scheduler()
@@ -121,13 +120,17 @@ def _story(ray: Any, kai_ray: Any, sched: Any, tl: Timeline, quick: bool, queue_
                 if states.get(w["id"]) != w["state"]:
                     states[w["id"]] = w["state"]
                     where = f" on {len(set(w.get('nodes') or []))} node(s)" if w["workers"] else ""
-                    tl.say(f"{names.get(w['id'], w['id']):<14} {w['state']:<10}{where} "
-                           f"- {w['reason']}")
+                    tl.say(f"{names.get(w['id'], w['id']):<14} {w['state']:<10}{where} - {w['reason']}")
             time.sleep(0.1)
 
     def submit(fn: Any, name: str, queue: str, priority: str, *args: Any) -> Any:
-        wl = kai_ray.workload(queue=queue, priority=priority, name=name, grace_period=1.0,
-                              resources_per_worker={"GPU": 4, "CPU": 1})(fn)
+        wl = kai_ray.workload(
+            queue=queue,
+            priority=priority,
+            name=name,
+            grace_period=1.0,
+            resources_per_worker={"GPU": 4, "CPU": 1},
+        )(fn)
         handle = wl.submit(*args)
         names[handle.id] = f"{queue}/{name}"
         tl.say(f"submit {queue}/{name} (priority {priority}, 4 GPUs)")

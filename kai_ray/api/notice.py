@@ -43,7 +43,7 @@ def current_workload() -> str | None:
         from ray.util.placement_group import placement_group_table
 
         name = placement_group_table(pg).get("name", "")
-        parts = name[len(GROUP_PREFIX):].split("/") if name.startswith(GROUP_PREFIX) else []
+        parts = name[len(GROUP_PREFIX) :].split("/") if name.startswith(GROUP_PREFIX) else []
         _by_group[key] = parts[0] if parts else None
     return _by_group[key]
 
@@ -117,7 +117,9 @@ def worker_strategies() -> list[PlacementGroupSchedulingStrategy]:
     ref: Any = ray.get_actor(SCHEDULER_NAME, namespace=NAMESPACE).info.remote(wid)
     info = cast(dict[str, Any], ray.get(ref))
     return [
-        PlacementGroupSchedulingStrategy(group_by_id(s["group_id"]), s["bundle"],
-                                         placement_group_capture_child_tasks=True)
-        for s in info["slots"] if s["ready"] and s["group_id"]
+        PlacementGroupSchedulingStrategy(
+            group_by_id(s["group_id"]), s["bundle"], placement_group_capture_child_tasks=True
+        )
+        for s in info["slots"]
+        if s["ready"] and s["group_id"]
     ]

@@ -19,8 +19,9 @@ def num(x: float | None, unlimited: bool = False) -> str:
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=False)]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=False)).rstrip()
-             for r in [header, *rows]]
+    lines = [
+        "  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=False)).rstrip() for r in [header, *rows]
+    ]
     return "\n".join(lines)
 
 
@@ -32,12 +33,29 @@ def _pair(values: Sequence[float] | None, unlimited: bool = False) -> str:
 
 
 def queue_table(rows: Sequence[dict[str, Any]]) -> str:
-    header = ["QUEUE", "PARENT", "PRIO", "QUOTA gpu/cpu", "LIMIT gpu/cpu", "FAIR SHARE gpu/cpu",
-              "ALLOCATED gpu/cpu", "PENDING", "RUNNING"]
+    header = [
+        "QUEUE",
+        "PARENT",
+        "PRIO",
+        "QUOTA gpu/cpu",
+        "LIMIT gpu/cpu",
+        "FAIR SHARE gpu/cpu",
+        "ALLOCATED gpu/cpu",
+        "PENDING",
+        "RUNNING",
+    ]
     body = [
-        [q["name"], q["parent"] or "-", str(q["priority"]), _pair(q["quota"], True),
-         _pair(q["limit"], True), _pair(q["fair_share"]), _pair(q["allocated"]),
-         str(q["pending"]), str(q["running"])]
+        [
+            q["name"],
+            q["parent"] or "-",
+            str(q["priority"]),
+            _pair(q["quota"], True),
+            _pair(q["limit"], True),
+            _pair(q["fair_share"]),
+            _pair(q["allocated"]),
+            str(q["pending"]),
+            str(q["running"]),
+        ]
         for q in rows
     ]
     return table(header, body)
@@ -46,8 +64,16 @@ def queue_table(rows: Sequence[dict[str, Any]]) -> str:
 def workload_table(rows: Sequence[dict[str, Any]]) -> str:
     header = ["ID", "KIND", "QUEUE", "PRIO", "STATE", "POS", "WORKERS", "REASON"]
     body = [
-        [w["id"], w["kind"], w["queue"], str(w["priority"]), w["state"],
-         str(w["position"] or "-"), str(w["workers"]), _short(w["reason"], 70)]
+        [
+            w["id"],
+            w["kind"],
+            w["queue"],
+            str(w["priority"]),
+            w["state"],
+            str(w["position"] or "-"),
+            str(w["workers"]),
+            _short(w["reason"], 70),
+        ]
         for w in rows
     ]
     return table(header, body)
@@ -56,18 +82,25 @@ def workload_table(rows: Sequence[dict[str, Any]]) -> str:
 def status_text(status: dict[str, Any]) -> str:
     nodes = status["nodes"]
     node_rows = [
-        [n["id"][:12], num(n["gpus"]), num(n["cpu"]), n["gpu_model"] or "-",
-         ",".join(f"{k}={v}" for k, v in sorted(n["labels"].items())) or "-"]
+        [
+            n["id"][:12],
+            num(n["gpus"]),
+            num(n["cpu"]),
+            n["gpu_model"] or "-",
+            ",".join(f"{k}={v}" for k, v in sorted(n["labels"].items())) or "-",
+        ]
         for n in nodes
     ]
     counts = ", ".join(f"{k} {v}" for k, v in sorted(status["workloads"].items())) or "none"
-    return "\n".join([
-        f"scheduler up {status['uptime_s']:.0f}s; {len(nodes)} nodes; workloads: {counts}",
-        "",
-        table(["NODE", "GPU", "CPU", "GPU MODEL", "LABELS"], node_rows),
-        "",
-        queue_table(status["queues"]),
-    ])
+    return "\n".join(
+        [
+            f"scheduler up {status['uptime_s']:.0f}s; {len(nodes)} nodes; workloads: {counts}",
+            "",
+            table(["NODE", "GPU", "CPU", "GPU MODEL", "LABELS"], node_rows),
+            "",
+            queue_table(status["queues"]),
+        ]
+    )
 
 
 def explain_text(info: dict[str, Any]) -> str:
@@ -77,13 +110,14 @@ def explain_text(info: dict[str, Any]) -> str:
         f"  state {info['state']}: {info['reason']}",
     ]
     if info["position"]:
-        lines.append(f"  position {info['position']} of {info['queue_length']} queued "
-                     f"in {info['queue']}")
+        lines.append(f"  position {info['position']} of {info['queue_length']} queued in {info['queue']}")
     q = info.get("queue_status")
     if q:
-        lines.append(f"  queue {q['name']}: fair share {_pair(q['fair_share'])} gpu/cpu, "
-                     f"allocated {_pair(q['allocated'])}, quota {_pair(q['quota'], True)}, "
-                     f"limit {_pair(q['limit'], True)}")
+        lines.append(
+            f"  queue {q['name']}: fair share {_pair(q['fair_share'])} gpu/cpu, "
+            f"allocated {_pair(q['allocated'])}, quota {_pair(q['quota'], True)}, "
+            f"limit {_pair(q['limit'], True)}"
+        )
     if info["groups"]:
         lines.append(f"  placement groups: {', '.join(info['groups'])}")
     if info["preemptions"]:

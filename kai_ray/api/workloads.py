@@ -106,9 +106,7 @@ class WorkloadHandle:
 # max_calls=1: the body's worker process exits when the body returns, so the pid the
 # scheduler may kill on preemption never belongs to a pooled worker running other work.
 @ray.remote(num_cpus=0, max_retries=0, max_calls=1)
-def _run_body(
-    wid: str, attempt: int, handle: Any, fn: Callable[..., Any], args: Any, kwargs: Any
-) -> Any:
+def _run_body(wid: str, attempt: int, handle: Any, fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
     """The workload's driver inside its group. It first tells the scheduler which process
     to kill on preemption; a refusal means this attempt was preempted meanwhile."""
     ctx = ray.get_runtime_context()
@@ -224,8 +222,10 @@ class Reservation:
         if info["state"] != "Running":
             sched.cancel(wid)
             _raise_if_over(info)
-            raise TimeoutError(f"workload {wid} not admitted within {self._timeout}s: "
-                               f"{info['reason']} (position {info['position']})")
+            raise TimeoutError(
+                f"workload {wid} not admitted within {self._timeout}s: "
+                f"{info['reason']} (position {info['position']})"
+            )
         self.attempt = info["attempt"]
         self.placement_group = group_by_id(info["group_id"])
         return self

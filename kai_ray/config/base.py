@@ -94,9 +94,7 @@ def read_yaml(path: str | Path) -> Any:
     """The single YAML document of a file (None when empty)."""
     docs = read_yaml_documents(path)
     if len(docs) > 1:
-        raise ConfigError(
-            f"holds {len(docs)} YAML documents; this file takes exactly one", path=path
-        )
+        raise ConfigError(f"holds {len(docs)} YAML documents; this file takes exactly one", path=path)
     return docs[0] if docs else None
 
 

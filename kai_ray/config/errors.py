@@ -31,9 +31,7 @@ TAGS = frozenset({"task-list", "task-count"})
 class ConfigError(ValueError):
     """A file a user wrote is invalid. `str()` gives `path: field: what is wrong; the fix`."""
 
-    def __init__(
-        self, message: str, *, path: str | Path | None = None, field: str | None = None
-    ) -> None:
+    def __init__(self, message: str, *, path: str | Path | None = None, field: str | None = None) -> None:
         self.message = message
         self.path = None if path is None else str(path)
         self.field = field

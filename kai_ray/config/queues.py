@@ -210,8 +210,7 @@ def _check_resource(
     where, key = f"queue {name!r}", f"resources.{resource}"
     if quota < 0 and quota != UNLIMITED:
         raise ConfigError(
-            f"{key}.quota is {units.show(resource, quota)}; "
-            "use a value >= 0, or -1 for the whole cluster",
+            f"{key}.quota is {units.show(resource, quota)}; use a value >= 0, or -1 for the whole cluster",
             field=where,
         )
     if limit < 0 and limit != UNLIMITED:
@@ -228,8 +227,7 @@ def _check_resource(
         )
     if weight < 0:
         raise ConfigError(
-            f"{key}.overQuotaWeight is {weight:g}; "
-            "use a value >= 0 (0: no share of what is left over)",
+            f"{key}.overQuotaWeight is {weight:g}; use a value >= 0 (0: no share of what is left over)",
             field=where,
         )
 

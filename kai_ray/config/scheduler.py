@@ -98,8 +98,7 @@ def to_scheduler_config(
         max_consolidation_preemptees=options.max_consolidation_preemptees,
         full_hierarchy_fairness=options.full_hierarchy_fairness,
         topologies={
-            name: Topology(name=name, levels=tuple(spec.levels))
-            for name, spec in (topologies or {}).items()
+            name: Topology(name=name, levels=tuple(spec.levels)) for name, spec in (topologies or {}).items()
         },
     )
 
@@ -109,9 +108,7 @@ def parse_scheduler_config(data: Any, *, path: str | Path | None = None) -> Sche
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ConfigError(
-            "the file must be a map of scheduler options (placement, kValue, ...)", path=path
-        )
+        raise ConfigError("the file must be a map of scheduler options (placement, kValue, ...)", path=path)
     try:
         settings = SchedulerSettings.model_validate(data)
     except ValidationError as e:

@@ -255,8 +255,10 @@ class _Builder:
                 job.active_count = sum(1 for t in job.tasks if t.status in _ACTIVE)
                 job.pending_count = sum(1 for t in job.tasks if t.status is _PENDING)
                 first = job.tasks[0] if job.tasks else None
-                job.uniform = first is not None and first.amount is not None and all(
-                    t.demand is first.demand and t.amount is first.amount for t in job.tasks
+                job.uniform = (
+                    first is not None
+                    and first.amount is not None
+                    and all(t.demand is first.demand and t.amount is first.amount for t in job.tasks)
                 )
             state.jobs.append(job)
             state.job_index[job.name] = job

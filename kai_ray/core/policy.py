@@ -110,7 +110,12 @@ def queue_rank(state: ClusterState, rows: ShareRows, q: int, job_amount: Sequenc
         a0 / b0 if a0 > EPS else 0.0, a1 / b1 if a1 > EPS else 0.0, a2 / b2 if a2 > EPS else 0.0
     )
     return (
-        over, not starved, -state.tree.priority[q], zero_share, share_with, share_without,
+        over,
+        not starved,
+        -state.tree.priority[q],
+        zero_share,
+        share_with,
+        share_without,
         TieBreak(allocatable, q),
     )
 

@@ -67,8 +67,8 @@ def explain_unplaced(placer: Placer, tasks: Sequence[Task]) -> str:
         return (
             f"{gang} must spread one task per node: {fitting} nodes have room for a task "
             f"(now or once released) and {own} of them may already hold one of its tasks"
-            if own else
-            f"{gang} must spread one task per node: only {fitting} nodes have room for a task"
+            if own
+            else f"{gang} must spread one task per node: only {fitting} nodes have room for a task"
         )
     free_gpus = float((nodes.idle[mask, 0] + nodes.releasing[mask, 0]).sum())
     largest = float((nodes.idle[mask, 0]).max()) if mask.any() else 0.0

@@ -59,7 +59,9 @@ class _ReadyWatchingBackend(RayPlacementBackend):
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1, max_concurrency=10_000)
 class SchedulerActor:
     def __init__(
-        self, queues: list[dict[str, Any]], config: dict[str, Any] | None = None,
+        self,
+        queues: list[dict[str, Any]],
+        config: dict[str, Any] | None = None,
         period_s: float = PERIOD_S,
     ) -> None:
         logging.basicConfig(level=logging.INFO)
@@ -96,8 +98,9 @@ class SchedulerActor:
         assert self._wake is not None
         while True:
             deadline = self.engine.next_deadline()
-            timeout = self.period_s if deadline is None else min(
-                self.period_s, max(0.0, deadline - time.time()))
+            timeout = (
+                self.period_s if deadline is None else min(self.period_s, max(0.0, deadline - time.time()))
+            )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=timeout)
             kicked = self._wake.is_set()
@@ -217,9 +220,7 @@ class SchedulerActor:
         self._kick()
         return out
 
-    async def admit(
-        self, wid: str, spec: dict[str, Any], timeout: float | None = None
-    ) -> dict[str, Any]:
+    async def admit(self, wid: str, spec: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
         """submit + wait for Running in one round trip (the lowest admission latency)."""
         # No write here: the caller hears back only once it runs, and the write-ahead
         # before its group is created persists it; a crash before that retries this call.
@@ -234,9 +235,7 @@ class SchedulerActor:
             out[w.state.value] = out.get(w.state.value, 0) + 1
         return out
 
-    async def wait(
-        self, wid: str, states: list[str], timeout: float | None = None
-    ) -> dict[str, Any]:
+    async def wait(self, wid: str, states: list[str], timeout: float | None = None) -> dict[str, Any]:
         """Return once the workload is in one of `states` (or finished), or at the timeout."""
         wanted = {State(s) for s in states} | TERMINAL
         deadline = None if timeout is None else time.time() + timeout
@@ -259,7 +258,8 @@ class SchedulerActor:
         ws = self.engine.workloads.values()
         return [
             {k: v for k, v in self.engine.info(w.id).items() if k != "history"}
-            for w in ws if include_finished or not w.terminal
+            for w in ws
+            if include_finished or not w.terminal
         ]
 
     async def cancel(self, wid: str) -> dict[str, Any]:
@@ -284,8 +284,12 @@ class SchedulerActor:
     async def placement(self, wid: str) -> dict[str, Any]:
         """The groups a running workload holds (gang first, then elastic surplus)."""
         info = self.engine.info(wid)
-        return {"state": info["state"], "attempt": info["attempt"], "groups": info["groups"],
-                "gang_group": info["group"]}
+        return {
+            "state": info["state"],
+            "attempt": info["attempt"],
+            "groups": info["groups"],
+            "gang_group": info["group"],
+        }
 
     # ------------------------------------------------------------ queues and views
 
@@ -308,8 +312,7 @@ class SchedulerActor:
             "allocated": list(st.allocated) if st else None,
             "requested": list(st.requested) if st else None,
             "pending": sum(w.state is State.QUEUED for w in ws),
-            "running": sum(w.state in (State.RUNNING, State.ADMITTING, State.PREEMPTING)
-                           for w in ws),
+            "running": sum(w.state in (State.RUNNING, State.ADMITTING, State.PREEMPTING) for w in ws),
         }
 
     async def explain(self, wid: str) -> dict[str, Any]:
@@ -320,16 +323,26 @@ class SchedulerActor:
 
     async def status(self) -> dict[str, Any]:
         nodes = [
-            {"id": n.name, "gpus": n.gpus, "cpu": n.cpu, "memory": n.memory,
-             "gpu_model": n.gpu_model, "gpu_memory": n.gpu_memory,
-             "labels": {k: v for k, v in n.labels.items() if k != "ray.io/node-id"}}
+            {
+                "id": n.name,
+                "gpus": n.gpus,
+                "cpu": n.cpu,
+                "memory": n.memory,
+                "gpu_model": n.gpu_model,
+                "gpu_memory": n.gpu_memory,
+                "labels": {k: v for k, v in n.labels.items() if k != "ray.io/node-id"},
+            }
             for n in self.engine.nodes.values()
         ]
         counts: dict[str, int] = {}
         for w in self.engine.workloads.values():
             counts[w.state.value] = counts.get(w.state.value, 0) + 1
-        return {"nodes": nodes, "workloads": counts, "queues": await self.queues(),
-                "uptime_s": time.time() - self._started_at}
+        return {
+            "nodes": nodes,
+            "workloads": counts,
+            "queues": await self.queues(),
+            "uptime_s": time.time() - self._started_at,
+        }
 
     async def ping(self) -> float:
         return time.time()

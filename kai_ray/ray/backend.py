@@ -124,9 +124,7 @@ class RayPlacementBackend:
 
     def kill_process(self, node: str, pid: int) -> None:
         # Fire and forget: the actor must not block on a node that may be going away.
-        _kill_pid.options(
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)
-        ).remote(pid)
+        _kill_pid.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(pid)
 
     def kill_actors_in(self, group: str) -> None:
         pg = self._get(group)
@@ -161,9 +159,7 @@ class KVStore:
         return None if raw is None else json.loads(raw)
 
     def _put(self, key: str, value: Any) -> None:
-        internal_kv._internal_kv_put(
-            self._p + key, json.dumps(value), overwrite=True, namespace=KV_NAMESPACE
-        )
+        internal_kv._internal_kv_put(self._p + key, json.dumps(value), overwrite=True, namespace=KV_NAMESPACE)
 
     def load(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
         keys = internal_kv._internal_kv_list(self._p + "wl/", namespace=KV_NAMESPACE)

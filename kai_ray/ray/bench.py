@@ -36,8 +36,7 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def _summary(ms: list[float]) -> dict[str, float]:
-    return {"p50_ms": round(statistics.median(ms), 3), "p95_ms": round(_pct(ms, 0.95), 3),
-            "n": len(ms)}
+    return {"p50_ms": round(statistics.median(ms), 3), "p95_ms": round(_pct(ms, 0.95), 3), "n": len(ms)}
 
 
 def _direct(bundles: list[dict[str, float]], samples: int) -> list[float]:
@@ -89,7 +88,8 @@ def _latency(sched: Any, samples: int) -> dict[str, Any]:
         kai = _through_kai(sched, bundle, n, samples)
         d, k = _summary(direct), _summary(kai)
         out[f"{n}_bundle"] = {
-            "direct": d, "kai_ray": k,
+            "direct": d,
+            "kai_ray": k,
             "overhead_p50_ms": round(k["p50_ms"] - d["p50_ms"], 3),
             "ratio_p50": round(k["p50_ms"] / d["p50_ms"], 2) if d["p50_ms"] else None,
         }
@@ -118,17 +118,18 @@ def _throughput(sched: Any, queued: int) -> dict[str, Any]:
     for wid in ids:
         sched.cancel(wid)
     time.sleep(1.0)
-    return {"workloads": queued, "seconds": round(elapsed, 3),
-            "admissions_per_s": round(queued / elapsed, 1)}
+    return {"workloads": queued, "seconds": round(elapsed, 3), "admissions_per_s": round(queued / elapsed, 1)}
 
 
 def _preemption(sched: Any, rounds: int) -> dict[str, Any]:
     from kai_ray.ray.client import make_spec
 
-    victim_spec = make_spec("pq", "train", kind="block", workers=2, grace_period=0,
-                            resources_per_worker={"GPU": 4, "CPU": 0.1})
-    urgent_spec = make_spec("pq", "inference", kind="block", grace_period=0,
-                            resources_per_worker={"GPU": 4, "CPU": 0.1})
+    victim_spec = make_spec(
+        "pq", "train", kind="block", workers=2, grace_period=0, resources_per_worker={"GPU": 4, "CPU": 0.1}
+    )
+    urgent_spec = make_spec(
+        "pq", "inference", kind="block", grace_period=0, resources_per_worker={"GPU": 4, "CPU": 0.1}
+    )
     stop_to_run, submit_to_run = [], []
     for _ in range(rounds):
         victim = sched.submit(victim_spec)
@@ -144,12 +145,17 @@ def _preemption(sched: Any, rounds: int) -> dict[str, Any]:
         sched.cancel(urgent)
         sched.cancel(victim)
         time.sleep(SETTLE_S)
-    return {"victim_stopped_to_preemptor_running": _summary(stop_to_run),
-            "preemptor_submit_to_running": _summary(submit_to_run)}
+    return {
+        "victim_stopped_to_preemptor_running": _summary(stop_to_run),
+        "preemptor_submit_to_running": _summary(submit_to_run),
+    }
 
 
 def bench_ray(
-    json_out: bool = False, samples: int = 30, queued: int = 1000, preemptions: int = 5,
+    json_out: bool = False,
+    samples: int = 30,
+    queued: int = 1000,
+    preemptions: int = 5,
 ) -> dict[str, Any]:
     """Run the whole benchmark on a fresh local cluster; print and return the figures."""
     import ray
@@ -172,8 +178,7 @@ def bench_ray(
             "preemption": _preemption(sched, preemptions),
         }
         result["target_p50_overhead_ms"] = 10.0
-        result["target_met"] = all(v["overhead_p50_ms"] < 10.0
-                                   for v in result["latency"].values())
+        result["target_met"] = all(v["overhead_p50_ms"] < 10.0 for v in result["latency"].values())
     finally:
         with contextlib.suppress(ValueError):
             ray.kill(ray.get_actor(SCHEDULER_NAME, namespace=NAMESPACE), no_restart=True)
@@ -190,16 +195,22 @@ def _text(r: dict[str, Any]) -> str:
             f"submit->running {name:9}: kai-ray p50 {v['kai_ray']['p50_ms']:.2f} ms "
             f"p95 {v['kai_ray']['p95_ms']:.2f} ms | direct placement group p50 "
             f"{v['direct']['p50_ms']:.2f} ms p95 {v['direct']['p95_ms']:.2f} ms | "
-            f"overhead p50 {v['overhead_p50_ms']:+.2f} ms")
+            f"overhead p50 {v['overhead_p50_ms']:+.2f} ms"
+        )
     t = r["throughput"]
-    lines.append(f"admissions: {t['workloads']} queued workloads running in {t['seconds']} s "
-                 f"= {t['admissions_per_s']}/s")
+    lines.append(
+        f"admissions: {t['workloads']} queued workloads running in {t['seconds']} s "
+        f"= {t['admissions_per_s']}/s"
+    )
     p = r["preemption"]
-    lines.append(f"preemption: victim stopped -> preemptor running p50 "
-                 f"{p['victim_stopped_to_preemptor_running']['p50_ms']:.1f} ms; preemptor "
-                 f"submit -> running p50 {p['preemptor_submit_to_running']['p50_ms']:.1f} ms")
-    lines.append(f"target p50 overhead < {r['target_p50_overhead_ms']} ms: "
-                 f"{'met' if r['target_met'] else 'NOT met'}")
+    lines.append(
+        f"preemption: victim stopped -> preemptor running p50 "
+        f"{p['victim_stopped_to_preemptor_running']['p50_ms']:.1f} ms; preemptor "
+        f"submit -> running p50 {p['preemptor_submit_to_running']['p50_ms']:.1f} ms"
+    )
+    lines.append(
+        f"target p50 overhead < {r['target_p50_overhead_ms']} ms: {'met' if r['target_met'] else 'NOT met'}"
+    )
     return "\n".join(lines)
 
 

@@ -27,13 +27,16 @@ def validate_spec(spec: WorkloadSpec, queues: Sequence[QueueInfo], nodes: Sequen
     parents = {q.parent for q in queues}
     if spec.queue not in {q.name for q in queues}:
         known = ", ".join(q.name for q in queues if q.name not in parents)
-        raise SubmitError(f"queue {spec.queue!r} does not exist; use one of: {known} "
-                          "(or add it with `kai-ray queue apply`)")
+        raise SubmitError(
+            f"queue {spec.queue!r} does not exist; use one of: {known} (or add it with `kai-ray queue apply`)"
+        )
     if spec.queue in parents:
         raise SubmitError(f"queue {spec.queue!r} has child queues; submit to a leaf queue")
     if spec.workers < 1 or not 0 <= spec.min_workers <= spec.workers:
-        raise SubmitError(f"workers={spec.workers}, min_workers={spec.min_workers}: need "
-                          "workers >= 1 and 0 <= min_workers <= workers")
+        raise SubmitError(
+            f"workers={spec.workers}, min_workers={spec.min_workers}: need "
+            "workers >= 1 and 0 <= min_workers <= workers"
+        )
     if spec.strategy not in STRATEGIES:
         raise SubmitError(f"strategy={spec.strategy!r}: use one of {sorted(STRATEGIES)}")
     if spec.kind == "job" and not spec.entrypoint.strip():

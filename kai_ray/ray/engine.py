@@ -97,8 +97,12 @@ class SchedulerEngine:
             missing = set() if w.handed_off else w.groups() - live.keys()
             if missing:
                 self._stop(w)
-                self._move(w, State.QUEUED, now, f"placement group {sorted(missing)[0]} was "
-                           "lost while the scheduler restarted; re-queued")
+                self._move(
+                    w,
+                    State.QUEUED,
+                    now,
+                    f"placement group {sorted(missing)[0]} was lost while the scheduler restarted; re-queued",
+                )
             else:
                 owned |= w.groups()
         for name in live.keys() - owned:  # created but never recorded, or left over
@@ -140,8 +144,11 @@ class SchedulerEngine:
             free = available.get(nid)
             if free is None:
                 continue
-            used = {k: total[k] - free.get(k, 0.0) - ours[nid].get(k, 0.0)
-                    for k in ("CPU", "GPU", "memory") if k in total}
+            used = {
+                k: total[k] - free.get(k, 0.0) - ours[nid].get(k, 0.0)
+                for k in ("CPU", "GPU", "memory")
+                if k in total
+            }
             out[nid] = {k: v for k, v in used.items() if v > 1e-6}
         return out
 
@@ -189,8 +196,7 @@ class SchedulerEngine:
         w.runner = None  # its body returned: the process is Ray's again, not ours to kill
         self._stop(w)
         w.error = error
-        self._move(w, State.SUCCEEDED if ok else State.FAILED, now,
-                   "finished" if ok else f"failed: {error}")
+        self._move(w, State.SUCCEEDED if ok else State.FAILED, now, "finished" if ok else f"failed: {error}")
         return w
 
     def register_runner(self, wid: str, attempt: int, node: str, pid: int) -> bool:
@@ -240,10 +246,18 @@ class SchedulerEngine:
 
     def next_deadline(self) -> float | None:
         """The earliest grace period or surplus release that ends: the loop wakes then."""
-        times = [w.deadline for w in self.workloads.values()
-                 if w.state is State.PREEMPTING and w.deadline is not None]
-        times += [s.releasing_at for w in self.workloads.values() if w.state is State.RUNNING
-                  for s in w.slots.values() if s.releasing_at is not None]
+        times = [
+            w.deadline
+            for w in self.workloads.values()
+            if w.state is State.PREEMPTING and w.deadline is not None
+        ]
+        times += [
+            s.releasing_at
+            for w in self.workloads.values()
+            if w.state is State.RUNNING
+            for s in w.slots.values()
+            if s.releasing_at is not None
+        ]
         return min(times, default=None)
 
     def group_ready(self, group: str, now: float) -> None:
@@ -389,9 +403,14 @@ class SchedulerEngine:
         elif now - w.since > w.spec.admission_timeout:
             nodes = ", ".join(sorted({s.node[:12] for s in w.slots.values()}))
             self._stop(w)
-            self._move(w, State.QUEUED, now, f"placement group not ready after "
-                       f"{w.spec.admission_timeout:g}s on node(s) {nodes} (Ray could not reserve "
-                       "the resources there: used by work outside kai-ray?); re-queued")
+            self._move(
+                w,
+                State.QUEUED,
+                now,
+                f"placement group not ready after "
+                f"{w.spec.admission_timeout:g}s on node(s) {nodes} (Ray could not reserve "
+                "the resources there: used by work outside kai-ray?); re-queued",
+            )
 
     def _hand_off(self, w: Workload) -> None:
         """Release the reserved groups to the job, keeping the slots (the accounting):
@@ -459,9 +478,16 @@ class SchedulerEngine:
             s = w.slots[task]
             bundle = 0 if s.surplus else index
             index += 0 if s.surplus else 1
-            out.append({"task": task, "node": s.node, "group_id": w.group_ids.get(s.group),
-                        "bundle": bundle, "surplus": s.surplus,
-                        "ready": s.ready or (not s.surplus and w.state is State.RUNNING)})
+            out.append(
+                {
+                    "task": task,
+                    "node": s.node,
+                    "group_id": w.group_ids.get(s.group),
+                    "bundle": bundle,
+                    "surplus": s.surplus,
+                    "ready": s.ready or (not s.surplus and w.state is State.RUNNING),
+                }
+            )
         return out
 
     def _update_positions(self, live: Iterable[Workload]) -> None:

@@ -48,12 +48,14 @@ def local_gpus() -> list[dict[str, Any]]:
             handle = nvml.nvmlDeviceGetHandleByIndex(i)
             name = nvml.nvmlDeviceGetName(handle)
             uuid = nvml.nvmlDeviceGetUUID(handle)
-            devices.append({
-                "index": i,
-                "model": name.decode() if isinstance(name, bytes) else str(name),
-                "memory": int(nvml.nvmlDeviceGetMemoryInfo(handle).total),
-                "uuid": uuid.decode() if isinstance(uuid, bytes) else str(uuid),
-            })
+            devices.append(
+                {
+                    "index": i,
+                    "model": name.decode() if isinstance(name, bytes) else str(name),
+                    "memory": int(nvml.nvmlDeviceGetMemoryInfo(handle).total),
+                    "uuid": uuid.decode() if isinstance(uuid, bytes) else str(uuid),
+                }
+            )
         return devices
     finally:
         nvml.nvmlShutdown()

@@ -49,11 +49,13 @@ class RayJobRunner:
             ENV_ATTEMPT: str(w.attempt),
             # Where each worker was admitted and with what: a handed-off job reserves the
             # same itself (kai_ray.train_scaling_config builds Ray Train's config from it).
-            ENV_PLACEMENT: json.dumps({
-                "nodes": [w.slots[t].node for t in sorted(w.slots, key=lambda t: int(t[1:]))],
-                "resources_per_worker": w.spec.resources_per_worker,
-                "handed_off": w.handed_off,
-            }),
+            ENV_PLACEMENT: json.dumps(
+                {
+                    "nodes": [w.slots[t].node for t in sorted(w.slots, key=lambda t: int(t[1:]))],
+                    "resources_per_worker": w.spec.resources_per_worker,
+                    "handed_off": w.handed_off,
+                }
+            ),
         }
         env["env_vars"] = env_vars
         submission_id = f"{w.id}-{w.attempt}"  # idempotent per admission
@@ -63,8 +65,7 @@ class RayJobRunner:
                     entrypoint=w.spec.entrypoint,
                     submission_id=submission_id,
                     runtime_env=env,
-                    metadata={**w.spec.metadata, "kai-ray/queue": w.spec.queue,
-                              "kai-ray/workload": w.id},
+                    metadata={**w.spec.metadata, "kai-ray/queue": w.spec.queue, "kai-ray/workload": w.id},
                     entrypoint_num_cpus=0,  # the driver holds nothing; its work uses the group
                 )
             )

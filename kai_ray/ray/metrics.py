@@ -24,14 +24,12 @@ class SchedulerMetrics:
         keys = ("queue", "resource")
         self.allocated = Gauge("kai_ray_queue_allocated", "allocated per queue", tag_keys=keys)
         self.fair_share = Gauge("kai_ray_queue_fair_share", "fair share per queue", tag_keys=keys)
-        self.pending = Gauge(
-            "kai_ray_queue_pending_workloads", "queued workloads", tag_keys=("queue",)
-        )
-        self.preemptions = Counter(
-            "kai_ray_preemptions_total", "workloads preempted", tag_keys=("queue",)
-        )
+        self.pending = Gauge("kai_ray_queue_pending_workloads", "queued workloads", tag_keys=("queue",))
+        self.preemptions = Counter("kai_ray_preemptions_total", "workloads preempted", tag_keys=("queue",))
         self.admission_wait = Histogram(
-            "kai_ray_admission_wait_seconds", "queued to running", boundaries=_WAIT_BUCKETS,
+            "kai_ray_admission_wait_seconds",
+            "queued to running",
+            boundaries=_WAIT_BUCKETS,
             tag_keys=("queue",),
         )
 

@@ -58,9 +58,7 @@ def parse_resources(resources: Mapping[str, Any]) -> dict[str, float]:
         if amount < 0:
             raise ValueError(f"resources_per_worker[{name!r}] = {value!r}: must be >= 0")
         if name == "GPU" and amount > 1 and amount != int(amount):
-            raise ValueError(
-                f"resources_per_worker['GPU'] = {value!r}: above 1 a GPU count must be whole"
-            )
+            raise ValueError(f"resources_per_worker['GPU'] = {value!r}: above 1 a GPU count must be whole")
         out[name] = amount
     return out
 

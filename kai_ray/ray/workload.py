@@ -160,15 +160,32 @@ class Workload:
         # By hand rather than dataclasses.asdict: this runs on the admission path, and
         # asdict's recursive deep copy costs ~1 ms for a workload with some history.
         return {
-            "id": self.id, "spec": asdict(self.spec), "created_at": self.created_at,
-            "state": self.state.value, "reason": self.reason, "attempt": self.attempt,
-            "since": self.since, "queued_at": self.queued_at, "history": self.history,
-            "slots": {k: {"node": s.node, "group": s.group, "surplus": s.surplus,
-                          "ready": s.ready, "releasing_at": s.releasing_at}
-                      for k, s in self.slots.items()},
-            "group_ids": self.group_ids, "deadline": self.deadline, "runner": self.runner,
-            "submission_id": self.submission_id, "preemptions": self.preemptions,
-            "error": self.error, "handed_off": self.handed_off,
+            "id": self.id,
+            "spec": asdict(self.spec),
+            "created_at": self.created_at,
+            "state": self.state.value,
+            "reason": self.reason,
+            "attempt": self.attempt,
+            "since": self.since,
+            "queued_at": self.queued_at,
+            "history": self.history,
+            "slots": {
+                k: {
+                    "node": s.node,
+                    "group": s.group,
+                    "surplus": s.surplus,
+                    "ready": s.ready,
+                    "releasing_at": s.releasing_at,
+                }
+                for k, s in self.slots.items()
+            },
+            "group_ids": self.group_ids,
+            "deadline": self.deadline,
+            "runner": self.runner,
+            "submission_id": self.submission_id,
+            "preemptions": self.preemptions,
+            "error": self.error,
+            "handed_off": self.handed_off,
         }
 
     @classmethod

@@ -80,17 +80,13 @@ def _for_task(expectation: JobExpectation, index: int) -> Iterator[TaskExpectati
         yield expectation.tasks[index]
 
 
-def _check(
-    job: str, task: TaskInfo, expected: TaskExpectation, symbols: GpuSymbols
-) -> Iterator[Mismatch]:
+def _check(job: str, task: TaskInfo, expected: TaskExpectation, symbols: GpuSymbols) -> Iterator[Mismatch]:
     if expected.status is not None and task.status.value != expected.status:
         yield Mismatch(job, task.name, "status", expected.status, task.status.value)
     if expected.check_node and task.node != expected.node:
         yield Mismatch(job, task.name, "node", expected.node, task.node)
     if expected.gpu_groups is not None and not _groups_match(task, expected.gpu_groups, symbols):
-        yield Mismatch(
-            job, task.name, "gpuGroups", list(expected.gpu_groups), actual_groups(task, symbols)
-        )
+        yield Mismatch(job, task.name, "gpuGroups", list(expected.gpu_groups), actual_groups(task, symbols))
 
 
 def _groups_match(task: TaskInfo, expected: tuple[str, ...], symbols: GpuSymbols) -> bool:

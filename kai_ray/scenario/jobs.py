@@ -58,9 +58,7 @@ def build_job(spec: JobSpec, position: int, context: JobContext) -> JobInfo:
         raise ConfigError(_BOTH_GPU, field=where)
     _check_gpu(spec.gpu, f"{where}: gpu")
     field_of = _task_fields(spec.tasks, where)
-    tasks = [
-        _task(spec, task, i, field_of(i), context) for i, task in enumerate(_expand(spec.tasks))
-    ]
+    tasks = [_task(spec, task, i, field_of(i), context) for i, task in enumerate(_expand(spec.tasks))]
     return JobInfo(
         name=spec.name,
         queue=spec.queue,
@@ -201,8 +199,7 @@ def _topology(
     for key, level in (("required", ref.required), ("preferred", ref.preferred)):
         if level is not None and level not in levels:
             raise ConfigError(
-                f"{level!r} is not a level of topology {ref.name!r}; use one of "
-                f"{listing(list(levels))}",
+                f"{level!r} is not a level of topology {ref.name!r}; use one of {listing(list(levels))}",
                 field=f"{where}: topology.{key}",
             )
     return TopologyConstraint(topology=ref.name, required=ref.required, preferred=ref.preferred)

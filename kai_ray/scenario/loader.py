@@ -64,8 +64,7 @@ def load_scenario(path: str | Path) -> Scenario:
 def parse_scenario(raw: Any, *, path: str | Path | None = None) -> Scenario:
     if not isinstance(raw, dict):
         raise ConfigError(
-            "a scenario is a YAML map with at least nodes: and jobs:; see "
-            "shared/spec/scenario-format.md",
+            "a scenario is a YAML map with at least nodes: and jobs:; see shared/spec/scenario-format.md",
             path=path,
         )
     try:
@@ -129,15 +128,11 @@ def _check_unique_jobs(jobs: Sequence[JobInfo]) -> None:
     seen: set[str] = set()
     for job in jobs:
         if job.name in seen:
-            raise ConfigError(
-                "the name is used by two jobs; rename one of them", field=f"job {job.name!r}"
-            )
+            raise ConfigError("the name is used by two jobs; rename one of them", field=f"job {job.name!r}")
         seen.add(job.name)
 
 
-def _expectations(
-    specs: Mapping[str, JobExpectSpec], jobs: Sequence[JobInfo]
-) -> dict[str, JobExpectation]:
+def _expectations(specs: Mapping[str, JobExpectSpec], jobs: Sequence[JobInfo]) -> dict[str, JobExpectation]:
     by_name = {job.name: job for job in jobs}
     result: dict[str, JobExpectation] = {}
     for name, spec in specs.items():
@@ -145,8 +140,7 @@ def _expectations(
         job = by_name.get(name)
         if job is None:
             raise ConfigError(
-                f"there is no job {name!r}; expectations name jobs of this file "
-                f"({listing(list(by_name))})",
+                f"there is no job {name!r}; expectations name jobs of this file ({listing(list(by_name))})",
                 field=field,
             )
         if spec.tasks is not None and len(spec.tasks) != len(job.tasks):

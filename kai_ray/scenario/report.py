@@ -66,15 +66,11 @@ def result_json(result: ScenarioResult) -> dict[str, Any]:
 def _pending_reasons(result: ScenarioResult) -> dict[str, str]:
     # Only jobs that are still pending after the last round: a reason for a job the
     # core placed in that very cycle would only confuse.
-    pending = {
-        job.name for job in result.jobs if any(t.status is TaskStatus.PENDING for t in job.tasks)
-    }
+    pending = {job.name for job in result.jobs if any(t.status is TaskStatus.PENDING for t in job.tasks)}
     return {job: why for job, why in result.pending_reasons.items() if job in pending}
 
 
-def report_json(
-    results: Sequence[ScenarioResult], invalid: Sequence[ConfigError] = ()
-) -> dict[str, Any]:
+def report_json(results: Sequence[ScenarioResult], invalid: Sequence[ConfigError] = ()) -> dict[str, Any]:
     """The whole run; invalid files go under the extra key `invalid`."""
     passed = sum(r.passed for r in results)
     data: dict[str, Any] = {

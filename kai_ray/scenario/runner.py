@@ -121,8 +121,7 @@ def _result(
 def _working_copy(snapshot: ClusterSnapshot) -> ClusterSnapshot:
     """Jobs and tasks are mutated round by round; the loaded scenario stays as it was."""
     jobs = [
-        dataclasses.replace(job, tasks=[dataclasses.replace(t) for t in job.tasks])
-        for job in snapshot.jobs
+        dataclasses.replace(job, tasks=[dataclasses.replace(t) for t in job.tasks]) for job in snapshot.jobs
     ]
     return ClusterSnapshot(
         nodes=list(snapshot.nodes), queues=list(snapshot.queues), jobs=jobs, usage=snapshot.usage
@@ -138,9 +137,7 @@ def apply_result(snapshot: ClusterSnapshot, result: CycleResult, clock: float) -
     for decision in result.decisions:
         key = (decision.job, decision.task)
         if key not in tasks:
-            raise ScenarioRunError(
-                f"{_kind(decision)} names an unknown task {key[1]!r} of job {key[0]!r}"
-            )
+            raise ScenarioRunError(f"{_kind(decision)} names an unknown task {key[1]!r} of job {key[0]!r}")
         if isinstance(decision, Evict):
             _once(key, evicted, "evicted")
             evicted.add(key)

@@ -31,9 +31,7 @@ __all__ = [
 ]
 
 TaskState = Literal["Pending", "Running", "Releasing", "Succeeded", "Failed"]
-ExpectedStatus = Literal[
-    "Pending", "Binding", "Pipelined", "Running", "Releasing", "Succeeded", "Failed"
-]
+ExpectedStatus = Literal["Pending", "Binding", "Pipelined", "Running", "Releasing", "Succeeded", "Failed"]
 _NODE = NodeInfo(name="")  # the core's node defaults: cpu 1000, memory 10Ti, gpuMemory 80Gi
 
 
@@ -51,9 +49,7 @@ Symbol = Annotated[str, BeforeValidator(_symbol)]
 
 def _priority(value: object) -> object:
     if isinstance(value, bool) or not isinstance(value, int | str):
-        raise ValueError(
-            f"{value!r} is not a priority; write a class name (e.g. train) or an integer"
-        )
+        raise ValueError(f"{value!r} is not a priority; write a class name (e.g. train) or an integer")
     return value
 
 

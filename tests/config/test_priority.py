@@ -42,9 +42,7 @@ def test_resolve(priority: str | int, preemptible: bool | None, expected: Resolv
 
 
 def test_user_classes_add_to_and_override_the_defaults() -> None:
-    classes = parse_priority_classes(
-        {"train": {"value": 60}, "urgent": {"value": 90, "preemptible": False}}
-    )
+    classes = parse_priority_classes({"train": {"value": 60}, "urgent": {"value": 90, "preemptible": False}})
     assert classes.resolve("train") == ResolvedPriority(60, True)
     assert classes.resolve("urgent") == ResolvedPriority(90, False)
     assert classes.resolve("inference") == ResolvedPriority(125, False)

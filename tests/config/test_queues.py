@@ -102,9 +102,7 @@ def test_kai_ray_documents_use_quantities() -> None:
 
 
 def test_documents_keep_file_order_and_parents() -> None:
-    queues = parse_queues(
-        [kai("dept"), kai("team", parentQueue="dept", displayName="Team", priority=150)]
-    )
+    queues = parse_queues([kai("dept"), kai("team", parentQueue="dept", displayName="Team", priority=150)])
     assert [(q.name, q.parent, q.priority) for q in queues] == [
         ("dept", None, 100),
         ("team", "dept", 150),
@@ -224,12 +222,8 @@ INVALID: list[tuple[str, list[Any], list[str]]] = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("documents", "fragments"), [c[1:] for c in INVALID], ids=[c[0] for c in INVALID]
-)
-def test_invalid_queue_files_name_object_field_and_fix(
-    documents: list[Any], fragments: list[str]
-) -> None:
+@pytest.mark.parametrize(("documents", "fragments"), [c[1:] for c in INVALID], ids=[c[0] for c in INVALID])
+def test_invalid_queue_files_name_object_field_and_fix(documents: list[Any], fragments: list[str]) -> None:
     with pytest.raises(ConfigError) as caught:
         parse_queues(documents, path="queues.yaml")
     message = str(caught.value)

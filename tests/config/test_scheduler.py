@@ -66,9 +66,7 @@ INVALID: list[tuple[str, dict[str, Any], list[str]]] = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("data", "fragments"), [c[1:] for c in INVALID], ids=[c[0] for c in INVALID]
-)
+@pytest.mark.parametrize(("data", "fragments"), [c[1:] for c in INVALID], ids=[c[0] for c in INVALID])
 def test_invalid_options(data: dict[str, Any], fragments: list[str]) -> None:
     with pytest.raises(ConfigError) as caught:
         parse_scheduler_config(data, path="scheduler.yaml")

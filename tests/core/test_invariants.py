@@ -276,7 +276,8 @@ def test_required_spread_never_puts_two_of_a_jobs_tasks_on_one_node(snap: Cluste
             continue
         decided = {t.name: by_task.get(t.name, []) for t in job.tasks}
         staying = [
-            t.node for t in job.tasks
+            t.node
+            for t in job.tasks
             if t.status is TaskStatus.RUNNING and not any(isinstance(d, Evict) for d in decided[t.name])
         ]
         placed = [d.node for ds in decided.values() for d in ds if isinstance(d, Bind | Pipeline)]

@@ -33,13 +33,7 @@ def _racks() -> ClusterBuilder:
 
 
 def _three_nodes() -> ClusterBuilder:
-    return (
-        ClusterBuilder()
-        .node("n0", gpus=4)
-        .node("n1", gpus=4)
-        .node("n2", gpus=4)
-        .queue("q", gpu_quota=12)
-    )
+    return ClusterBuilder().node("n0", gpus=4).node("n1", gpus=4).node("n2", gpus=4).queue("q", gpu_quota=12)
 
 
 CASES = [

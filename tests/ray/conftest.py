@@ -46,8 +46,9 @@ def stop_ray_jobs() -> None:
         jobs = JobSubmissionClient(ray.get_runtime_context().gcs_address)
     except (ConnectionError, RuntimeError):  # no dashboard (yet): no job can have run
         return
-    live = [j.submission_id for j in jobs.list_jobs()
-            if j.submission_id and not JobStatus(j.status).is_terminal()]
+    live = [
+        j.submission_id for j in jobs.list_jobs() if j.submission_id and not JobStatus(j.status).is_terminal()
+    ]
     for sid in live:
         jobs.stop_job(sid)
     deadline = time.time() + 30
@@ -107,7 +108,8 @@ def groups_of(wid: str) -> list[dict[str, Any]]:
     from ray.util.placement_group import placement_group_table
 
     return [
-        info for info in placement_group_table().values()
+        info
+        for info in placement_group_table().values()
         if info["name"].startswith(f"kai-ray/{wid}/") and info["state"] != "REMOVED"
     ]
 

@@ -136,6 +136,5 @@ def test_capacity_used_outside_kai_ray_is_not_offered(start_scheduler: Any) -> N
     assert "GPU" in info["reason"]
 
     remove_placement_group(foreign)
-    wait_until(lambda: states(sched, [whole]) == ["Running"], timeout=30,
-               what=lambda: sched.info(whole))
+    wait_until(lambda: states(sched, [whole]) == ["Running"], timeout=30, what=lambda: sched.info(whole))
     assert sched.info(whole)["nodes"] == [busy]

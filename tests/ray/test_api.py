@@ -29,8 +29,7 @@ def test_reservation_context_manager_runs_a_block_inside_the_group(start_schedul
     with kai_ray.reservation(queue="a", workers=2, resources_per_worker={"GPU": 2}) as r:
         info = r.handle.info()
         assert info["state"] == "Running" and r.notice() is None
-        nodes = ray.get([gpu_node.options(scheduling_strategy=r.strategy(i)).remote()
-                         for i in range(2)])
+        nodes = ray.get([gpu_node.options(scheduling_strategy=r.strategy(i)).remote() for i in range(2)])
         assert nodes == info["nodes"]  # bundle i on the node the scheduler pinned it to
     assert r.handle.status() == "Succeeded" and groups_of(r.handle.id) == []
 
@@ -74,14 +73,21 @@ def test_metrics_reach_prometheus(start_scheduler: Any) -> None:
 
     def allocated_gpus(text: str) -> list[float]:
         # One series per scheduler process that ever reported (the label WorkerId differs).
-        return [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                if line.startswith("ray_kai_ray_queue_allocated{")
-                and 'resource="gpu"' in line and 'queue="a"' in line]
+        return [
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("ray_kai_ray_queue_allocated{")
+            and 'resource="gpu"' in line
+            and 'queue="a"' in line
+        ]
 
     def scrape() -> str:
         text = urllib.request.urlopen(url, timeout=5).read().decode()
-        wanted = ("ray_kai_ray_queue_fair_share{", "ray_kai_ray_admission_wait_seconds",
-                  "ray_kai_ray_queue_pending_workloads{")
+        wanted = (
+            "ray_kai_ray_queue_fair_share{",
+            "ray_kai_ray_admission_wait_seconds",
+            "ray_kai_ray_queue_pending_workloads{",
+        )
         return text if all(w in text for w in wanted) and 1.0 in allocated_gpus(text) else ""
 
     # The GPU this workload holds shows up as queue a's allocation on the head's exporter.
@@ -115,11 +121,15 @@ def test_workloads_of_a_driver_that_exited_are_cancelled(
     sched = start_scheduler(QUEUE)
     script = tmp_path / "driver.py"
     script.write_text(DRIVER)
-    out = subprocess.run([sys.executable, str(script), ray_cluster.address], capture_output=True,
-                         text=True, timeout=90)
+    out = subprocess.run(
+        [sys.executable, str(script), ray_cluster.address], capture_output=True, text=True, timeout=90
+    )
     running, queued = out.stdout.split()[-2:]
     for wid in (running, queued):
-        wait_until(lambda wid=wid: sched.info(wid)["state"] == "Cancelled", timeout=30,
-                   what=lambda wid=wid: sched.info(wid))
+        wait_until(
+            lambda wid=wid: sched.info(wid)["state"] == "Cancelled",
+            timeout=30,
+            what=lambda wid=wid: sched.info(wid),
+        )
         assert "driver" in sched.info(wid)["reason"] and "exited" in sched.info(wid)["reason"]
     assert groups_of(running) == []

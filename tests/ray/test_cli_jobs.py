@@ -74,7 +74,9 @@ def test_queue_commands_and_bad_input_leave_admitted_work_alone(
     code, _, err = run_cli(capsys, "queue", "apply", "-f", str(bad))
     assert code == 2 and "limit" in err and "quota" in err
     assert [q["name"] for q in json.loads(run_cli(capsys, "queue", "list", "--json")[1])] == [
-        "team-a", "team-b"]
+        "team-a",
+        "team-b",
+    ]
     # Unknown queue, and a worker no node can hold: refused with the fix in the message.
     with pytest.raises(kai_ray.SubmitError, match="queue 'nope' does not exist; use one of"):
         kai_ray.workload(queue="nope")(hold).submit(gate)
@@ -116,9 +118,27 @@ while not os.path.exists(sys.argv[2]):
 
 def submit_job(capsys: Any, script: Path, flag: Path, workers: int, priority: str) -> str:
     code, out, err = run_cli(
-        capsys, "job", "submit", "--queue", "a", "--priority", priority, "--gpus", "4",
-        "--cpus", "0.1", "--workers", str(workers), "--grace-period", "0", "--json", "--",
-        sys.executable, str(script), str(workers), str(flag),
+        capsys,
+        "job",
+        "submit",
+        "--queue",
+        "a",
+        "--priority",
+        priority,
+        "--gpus",
+        "4",
+        "--cpus",
+        "0.1",
+        "--workers",
+        str(workers),
+        "--grace-period",
+        "0",
+        "--json",
+        "--",
+        sys.executable,
+        str(script),
+        str(workers),
+        str(flag),
     )
     assert code == 0, err
     return str(json.loads(out)["id"])
@@ -144,14 +164,20 @@ def test_ray_jobs_are_queued_outside_ray_and_requeued_on_preemption(
     # The waiting job exists only in kai-ray: Ray has not seen it (no 900 s timeout there).
     assert all(not (j.submission_id or "").startswith(waiting) for j in jobs.list_jobs())
     # The running job's tasks ran in its reservation.
-    logs = wait_until(lambda: "NODES" in jobs.get_job_logs(sub_big) and jobs.get_job_logs(sub_big),
-                      timeout=60, what="job output")
+    logs = wait_until(
+        lambda: "NODES" in jobs.get_job_logs(sub_big) and jobs.get_job_logs(sub_big),
+        timeout=60,
+        what="job output",
+    )
     assert str(sorted(sched.info(big)["nodes"])) in logs
 
     # Inference preempts the training job: Ray job stopped, kai-ray workload re-queued.
     urgent = submit_job(capsys, script, tmp_path / "u-done", 3, "inference")  # all 12 GPUs
-    wait_until(lambda: sched.info(urgent)["state"] == "Running", timeout=30,
-               what=lambda: f"{sched.info(urgent)} {sched.info(big)}")
+    wait_until(
+        lambda: sched.info(urgent)["state"] == "Running",
+        timeout=30,
+        what=lambda: f"{sched.info(urgent)} {sched.info(big)}",
+    )
     assert sched.info(big)["state"] == "Queued" and sched.info(big)["preemptions"] == 1
     wait_until(lambda: jobs.get_job_status(sub_big).value == "STOPPED", timeout=30)
     code, out, _ = run_cli(capsys, "job", "list")
@@ -198,8 +224,24 @@ def test_handoff_job_places_its_own_work_and_is_cleaned_up_on_preemption(
     script.write_text(HANDOFF_JOB)
     sched = kai_ray.get_scheduler()
     code, out, err = run_cli(
-        capsys, "job", "submit", "--queue", "a", "--gpus", "4", "--cpus", "0", "--workers", "2",
-        "--grace-period", "0", "--handoff", "--json", "--", sys.executable, str(script),
+        capsys,
+        "job",
+        "submit",
+        "--queue",
+        "a",
+        "--gpus",
+        "4",
+        "--cpus",
+        "0",
+        "--workers",
+        "2",
+        "--grace-period",
+        "0",
+        "--handoff",
+        "--json",
+        "--",
+        sys.executable,
+        str(script),
         str(tmp_path / "never"),
     )
     assert code == 0, err
@@ -208,26 +250,51 @@ def test_handoff_job_places_its_own_work_and_is_cleaned_up_on_preemption(
     info = sched.info(wid)
 
     def library_groups() -> list[dict[str, Any]]:
-        return [g for g in placement_group_table().values()
-                if g["name"] == "library-group" and g["state"] != "REMOVED"]
+        return [
+            g
+            for g in placement_group_table().values()
+            if g["name"] == "library-group" and g["state"] != "REMOVED"
+        ]
 
     # kai-ray's own group went to the job, which reserved the same on the same nodes.
     assert groups_of(wid) == [] and info["workers"] == 2
-    wait_until(lambda: "OWN GROUP READY" in jobs.get_job_logs(info["submission_id"]),
-               timeout=60, what=lambda: jobs.get_job_logs(info["submission_id"]))
+    wait_until(
+        lambda: "OWN GROUP READY" in jobs.get_job_logs(info["submission_id"]),
+        timeout=60,
+        what=lambda: jobs.get_job_logs(info["submission_id"]),
+    )
     (own,) = library_groups()
     assert sorted(own["bundles_to_node_id"].values()) == sorted(info["nodes"])
     assert {q["name"]: q for q in sched.queues()}["a"]["allocated"][0] == 8  # still counted
 
     # Preempted: the Ray job is stopped and Ray removes what it created.
     code, out, err = run_cli(
-        capsys, "job", "submit", "--queue", "a", "--priority", "inference", "--gpus", "4",
-        "--cpus", "0", "--workers", "3", "--json", "--", sys.executable, "-c", "print('hi')",
+        capsys,
+        "job",
+        "submit",
+        "--queue",
+        "a",
+        "--priority",
+        "inference",
+        "--gpus",
+        "4",
+        "--cpus",
+        "0",
+        "--workers",
+        "3",
+        "--json",
+        "--",
+        sys.executable,
+        "-c",
+        "print('hi')",
     )
     assert code == 0, err
     urgent = json.loads(out)["id"]
-    wait_until(lambda: sched.info(urgent)["state"] in ("Running", "Succeeded"), timeout=60,
-               what=lambda: sched.info(urgent))
+    wait_until(
+        lambda: sched.info(urgent)["state"] in ("Running", "Succeeded"),
+        timeout=60,
+        what=lambda: sched.info(urgent),
+    )
     assert sched.info(wid)["state"] == "Queued" and sched.info(wid)["preemptions"] == 1
     wait_until(lambda: jobs.get_job_status(info["submission_id"]).value == "STOPPED", timeout=30)
     wait_until(lambda: library_groups() == [], timeout=30, what="library group removed")

@@ -22,19 +22,31 @@ TWO_QUEUES = [
 
 def test_elastic_grows_into_idle_gpus_and_gives_surplus_back_first(start_scheduler: Any) -> None:
     sched = start_scheduler(TWO_QUEUES)
-    elastic = sched.submit(make_spec(
-        "a", kind="block", workers=12, min_workers=4, grace_period=0,
-        resources_per_worker={"GPU": 1, "CPU": 0.1},
-    ))
+    elastic = sched.submit(
+        make_spec(
+            "a",
+            kind="block",
+            workers=12,
+            min_workers=4,
+            grace_period=0,
+            resources_per_worker={"GPU": 1, "CPU": 0.1},
+        )
+    )
     wait_until(lambda: sched.info(elastic)["workers"] == 12, what=lambda: sched.info(elastic))
     gang_group = sched.info(elastic)["group"]
     assert len(groups_of(elastic)) == 1 + 8  # the gang of 4 in one group, 8 surplus groups
 
-    others = [sched.submit(make_spec("b", kind="block", grace_period=0,
-                                     resources_per_worker={"GPU": 2, "CPU": 0.1}))
-              for _ in range(2)]
-    wait_until(lambda: all(sched.info(o)["state"] == "Running" for o in others), timeout=30,
-               what=lambda: [sched.info(o)["reason"] for o in others])
+    others = [
+        sched.submit(
+            make_spec("b", kind="block", grace_period=0, resources_per_worker={"GPU": 2, "CPU": 0.1})
+        )
+        for _ in range(2)
+    ]
+    wait_until(
+        lambda: all(sched.info(o)["state"] == "Running" for o in others),
+        timeout=30,
+        what=lambda: [sched.info(o)["reason"] for o in others],
+    )
     info = sched.info(elastic)
     # Shrunk, not stopped: surplus went first, the gang kept running in its group.
     assert info["state"] == "Running" and info["preemptions"] == 0
@@ -54,8 +66,7 @@ def test_fractional_gpus_share_devices(start_scheduler: Any) -> None:
     def where() -> tuple[str, list[Any]]:
         return ray.get_runtime_context().get_node_id(), ray.get_gpu_ids()
 
-    @kai_ray.workload(queue="a", workers=4, resources_per_worker={"GPU": 0.25},
-                      strategy="STRICT_PACK")
+    @kai_ray.workload(queue="a", workers=4, resources_per_worker={"GPU": 0.25}, strategy="STRICT_PACK")
     def quarter_gpus() -> list[tuple[str, list[Any]]]:
         return ray.get([where.remote() for _ in range(4)])
 
@@ -92,8 +103,7 @@ def test_elastic_body_sees_its_surplus_workers(start_scheduler: Any) -> None:
         deadline = time.time() + 30
         while len(kai_ray.worker_strategies()) < 3 and time.time() < deadline:
             time.sleep(0.1)  # the gang (1 worker) starts first; surplus joins when ready
-        return ray.get([where.options(scheduling_strategy=s).remote()
-                        for s in kai_ray.worker_strategies()])
+        return ray.get([where.options(scheduling_strategy=s).remote() for s in kai_ray.worker_strategies()])
 
     handle = grow.submit()
     nodes = handle.result(timeout=60)

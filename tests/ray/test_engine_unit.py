@@ -13,8 +13,12 @@ from kai_ray.ray.workload import State, TransitionError, Workload, WorkloadSpec
 
 
 def ray_node(name: str, gpus: int = 4, cpu: int = 8, **labels: str) -> dict[str, Any]:
-    return {"NodeID": name, "Alive": True, "Labels": labels,
-            "Resources": {"CPU": cpu, "GPU": gpus, "memory": 64 * 2**30, f"node:{name}": 1}}
+    return {
+        "NodeID": name,
+        "Alive": True,
+        "Labels": labels,
+        "Resources": {"CPU": cpu, "GPU": gpus, "memory": 64 * 2**30, f"node:{name}": 1},
+    }
 
 
 class FakeBackend:
@@ -82,8 +86,11 @@ class MemoryStore:
             self.notices[workload_id] = dict(notice)
 
 
-QUEUES = [QueueInfo("a", quota=(-1, -1, -1)), QueueInfo("parent"),
-          QueueInfo("child", parent="parent", quota=(-1, -1, -1))]
+QUEUES = [
+    QueueInfo("a", quota=(-1, -1, -1)),
+    QueueInfo("parent"),
+    QueueInfo("child", parent="parent", quota=(-1, -1, -1)),
+]
 
 
 def make(nodes: int = 2) -> tuple[SchedulerEngine, FakeBackend, MemoryStore]:

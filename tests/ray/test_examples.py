@@ -39,28 +39,63 @@ def test_ray_train_job_is_preempted_by_ray_serve_and_resumes(
     sched = kai_ray.get_scheduler()
     jobs = JobSubmissionClient(ray.get_runtime_context().gcs_address)
     train = submit(
-        capsys, "--queue", "ml", "--priority", "train", "--workers", "3", "--gpus", "4",
-        "--cpus", "0.5", "--grace-period", "5", "--handoff", "--", sys.executable,
-        str(EXAMPLES / "train" / "ray_train_job.py"), "--steps", "150",
-        "--storage", str(tmp_path / "ckpt"),
+        capsys,
+        "--queue",
+        "ml",
+        "--priority",
+        "train",
+        "--workers",
+        "3",
+        "--gpus",
+        "4",
+        "--cpus",
+        "0.5",
+        "--grace-period",
+        "5",
+        "--handoff",
+        "--",
+        sys.executable,
+        str(EXAMPLES / "train" / "ray_train_job.py"),
+        "--steps",
+        "150",
+        "--storage",
+        str(tmp_path / "ckpt"),
     )
     first = f"{train}-1"
-    wait_until(lambda: sched.info(train)["state"] == "Running", timeout=30,
-               what=lambda: sched.info(train))
-    wait_until(lambda: "(checkpoint)" in jobs.get_job_logs(first), timeout=120,
-               what=lambda: jobs.get_job_logs(first)[-2000:])
-    serve = submit(
-        capsys, "--queue", "ml", "--priority", "inference", "--workers", "1", "--gpus", "4",
-        "--cpus", "0.5", "--handoff", "--", sys.executable,
-        str(EXAMPLES / "serve" / "serve_app.py"), "--seconds", "3",
+    wait_until(lambda: sched.info(train)["state"] == "Running", timeout=30, what=lambda: sched.info(train))
+    wait_until(
+        lambda: "(checkpoint)" in jobs.get_job_logs(first),
+        timeout=120,
+        what=lambda: jobs.get_job_logs(first)[-2000:],
     )
-    wait_until(lambda: sched.info(serve)["state"] == "Succeeded", timeout=120,
-               what=lambda: (sched.info(serve), sched.info(train)["reason"]))
+    serve = submit(
+        capsys,
+        "--queue",
+        "ml",
+        "--priority",
+        "inference",
+        "--workers",
+        "1",
+        "--gpus",
+        "4",
+        "--cpus",
+        "0.5",
+        "--handoff",
+        "--",
+        sys.executable,
+        str(EXAMPLES / "serve" / "serve_app.py"),
+        "--seconds",
+        "3",
+    )
+    wait_until(
+        lambda: sched.info(serve)["state"] == "Succeeded",
+        timeout=120,
+        what=lambda: (sched.info(serve), sched.info(train)["reason"]),
+    )
     assert "scaling down" in jobs.get_job_logs(f"{serve}-1")
     assert "preemption notice: checkpointed step" in jobs.get_job_logs(first)
     assert jobs.get_job_status(first).value == "STOPPED"
-    wait_until(lambda: sched.info(train)["state"] == "Succeeded", timeout=150,
-               what=lambda: sched.info(train))
+    wait_until(lambda: sched.info(train)["state"] == "Succeeded", timeout=150, what=lambda: sched.info(train))
     info = sched.info(train)
     assert info["preemptions"] == 1 and info["attempt"] == 2
     logs = jobs.get_job_logs(f"{train}-2")

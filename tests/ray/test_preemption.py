@@ -71,7 +71,10 @@ def test_higher_priority_preempts_with_notice_then_victim_resumes(
     start_scheduler(ONE_QUEUE)
     gate = Gate.remote()
     trainer = kai_ray.workload(
-        queue="a", priority="train", workers=3, resources_per_worker={"GPU": 4, "CPU": 1},
+        queue="a",
+        priority="train",
+        workers=3,
+        resources_per_worker={"GPU": 4, "CPU": 1},
         grace_period=3.0,
     )(train)
     h_train = trainer.submit(gate, str(tmp_path / "ckpt"))
@@ -96,8 +99,9 @@ def test_higher_priority_preempts_with_notice_then_victim_resumes(
     # Nothing of the victim hangs: its restartable actor died with its owner, for good.
     wait_until(lambda: not pid_alive(helper_pid), timeout=10, what="helper killed")
     time.sleep(1.0)
-    helpers = [a for a in ray._private.state.state.actor_table(None).values()
-               if a["ActorClassName"] == "Helper"]
+    helpers = [
+        a for a in ray._private.state.state.actor_table(None).values() if a["ActorClassName"] == "Helper"
+    ]
     assert helpers and all(a["State"] == "DEAD" for a in helpers)
 
     ray.get(gate.release.remote("inference"))
@@ -108,23 +112,35 @@ def test_higher_priority_preempts_with_notice_then_victim_resumes(
     ray.get(gate.release.remote("done"))
     assert h_train.result(30) >= ckpt_step
     states = [h[2] for h in h_train.info()["history"]]
-    assert states == ["Queued", "Admitting", "Running", "Preempting", "Queued", "Admitting",
-                      "Running", "Succeeded"]
+    assert states == [
+        "Queued",
+        "Admitting",
+        "Running",
+        "Preempting",
+        "Queued",
+        "Admitting",
+        "Running",
+        "Succeeded",
+    ]
 
 
 def test_preempted_workload_fails_with_a_clear_error_when_asked(start_scheduler: Any) -> None:
     start_scheduler(ONE_QUEUE)
     gate = Gate.remote()
     victim = kai_ray.workload(
-        queue="a", priority="train", workers=3, resources_per_worker={"GPU": 4},
-        grace_period=0.0, on_preempt="fail",
+        queue="a",
+        priority="train",
+        workers=3,
+        resources_per_worker={"GPU": 4},
+        grace_period=0.0,
+        on_preempt="fail",
     )(serve)
     h_victim = victim.submit(gate)
     assert h_victim.wait_admitted(30)["state"] == "Running"
     wait_until(lambda: entries(gate, "inference"), what="victim running")
-    preemptor = kai_ray.workload(
-        queue="a", priority="inference", resources_per_worker={"GPU": 2}
-    )(lambda: "ok")
+    preemptor = kai_ray.workload(queue="a", priority="inference", resources_per_worker={"GPU": 2})(
+        lambda: "ok"
+    )
     assert preemptor() == "ok"
     with pytest.raises(kai_ray.WorkloadPreempted, match="preempted"):
         h_victim.result(30)

@@ -78,10 +78,12 @@ def test_kill_during_burst_loses_nothing_and_admits_nothing_twice(start_schedule
     assert at_kill < BURST  # the kill really fell inside the burst
 
     wait_until(lambda: scheduler_pid() not in (None, old_pid), what="restarted")
+
     # The cluster has 12 GPUs: the body + 11 reservations run, the rest wait in line.
     def settled() -> bool:
         states = [w["state"] for w in sched.list() if w["id"] in ids]
         return len(states) == BURST and states.count("Running") == 11
+
     wait_until(settled, timeout=30, what="11 reservations running after the restart")
     workloads = {w["id"]: w for w in sched.list()}
     assert set(ids) <= workloads.keys()  # nothing lost

@@ -18,10 +18,18 @@ ONE_QUEUE = [{"name": "a", "resources": {"gpu": {"quota": -1}, "cpu": {"quota": 
 
 
 def _admit(sched: Any, strategy: str, workers: int) -> str:
-    return str(sched.submit(make_spec(
-        "a", kind="block", workers=workers, strategy=strategy, grace_period=0,
-        resources_per_worker={"GPU": 1, "CPU": 0.1},
-    )))
+    return str(
+        sched.submit(
+            make_spec(
+                "a",
+                kind="block",
+                workers=workers,
+                strategy=strategy,
+                grace_period=0,
+                resources_per_worker={"GPU": 1, "CPU": 0.1},
+            )
+        )
+    )
 
 
 def _ray_nodes(wid: str) -> set[str]:
@@ -44,8 +52,9 @@ def test_strategy_decides_how_many_nodes_the_workers_use(
 def test_strict_spread_waits_for_a_node_per_worker_and_says_so(start_scheduler: Any) -> None:
     sched = start_scheduler(ONE_QUEUE)
     wid = _admit(sched, "STRICT_SPREAD", workers=GPU_NODES + 1)
-    wait_until(lambda: "must spread one task per node" in sched.info(wid)["reason"],
-               what=lambda: sched.info(wid))
+    wait_until(
+        lambda: "must spread one task per node" in sched.info(wid)["reason"], what=lambda: sched.info(wid)
+    )
     assert sched.info(wid)["state"] == "Queued" and not groups_of(wid)
     # SPREAD is a preference: the same request starts, doubling up on one node.
     loose = _admit(sched, "SPREAD", workers=GPU_NODES + 1)

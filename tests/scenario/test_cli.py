@@ -64,9 +64,7 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.parametrize("argv", [[], ["scenario"]], ids=["no command", "no subcommand"])
-def test_missing_command_shows_help_and_exits_2(
-    argv: list[str], capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_missing_command_shows_help_and_exits_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv) == 2
     assert "usage: kai-ray" in capsys.readouterr().err
 

@@ -117,21 +117,15 @@ GROUPS = [
 def test_gpu_groups(
     expected: tuple[str, str], devices: tuple[int, int], mismatches: list[tuple[Any, ...]]
 ) -> None:
-    builder = fractional().expect(
-        "new", tasks=[{"gpuGroups": [expected[0]]}, {"gpuGroups": [expected[1]]}]
-    )
-    result = run_with(
-        builder, Bind("new", "new-0", "n", devices[0]), Bind("new", "new-1", "n", devices[1])
-    )
+    builder = fractional().expect("new", tasks=[{"gpuGroups": [expected[0]]}, {"gpuGroups": [expected[1]]}])
+    result = run_with(builder, Bind("new", "new-0", "n", devices[0]), Bind("new", "new-1", "n", devices[1]))
     got = [(m.task, m.expected, m.actual) for m in result.mismatches]
     assert got == mismatches
 
 
 def test_job_level_expectations_hold_for_every_task() -> None:
     builder = (
-        scenario()
-        .job("j", pending(), pending())
-        .expect("j", status="Binding", node="node0", gpuGroups=[])
+        scenario().job("j", pending(), pending()).expect("j", status="Binding", node="node0", gpuGroups=[])
     )
     result = run_with(builder, Bind("j", "j-0", "node0", None))
     assert result.mismatches == [

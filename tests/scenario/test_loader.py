@@ -159,9 +159,7 @@ PRIORITIES = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("fields", "expected"), [p[1:] for p in PRIORITIES], ids=[p[0] for p in PRIORITIES]
-)
+@pytest.mark.parametrize(("fields", "expected"), [p[1:] for p in PRIORITIES], ids=[p[0] for p in PRIORITIES])
 def test_priorities(fields: dict[str, object], expected: tuple[int, bool]) -> None:
     job = scenario().job("j", **fields).load().snapshot.jobs[0]
     assert (job.priority, job.preemptible) == expected

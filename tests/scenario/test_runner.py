@@ -58,9 +58,7 @@ def state(snapshot: ClusterSnapshot, name: str) -> tuple[TaskStatus, str | None,
 
 
 def test_bind_pipeline_and_evict() -> None:
-    snap = snapshot_of(
-        two_nodes().job("run", running("n0")).job("a", pending(), pending()).job("b")
-    )
+    snap = snapshot_of(two_nodes().job("run", running("n0")).job("a", pending(), pending()).job("b"))
     result = cycle_result(
         Bind("a", "a-0", "n1", None),
         Pipeline("a", "a-1", "n0", 1),
