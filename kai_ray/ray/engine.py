@@ -39,6 +39,7 @@ from kai_ray.ray.translate import (
     node_info,
     request_for,
 )
+from kai_ray.ray.views import workload_view
 from kai_ray.ray.workload import TERMINAL, Slot, State, Workload, WorkloadSpec
 
 __all__ = ["OWNER_JOB_KEY", "SchedulerEngine", "SubmitError", "queue_from_json"]
@@ -245,11 +246,15 @@ class SchedulerEngine:
         return reaped
 
     def next_deadline(self) -> float | None:
-        """The earliest grace period or surplus release that ends: the loop wakes then."""
+        """The earliest grace period, surplus release or admission retry: the loop wakes
+        then."""
         times = [
             w.deadline
             for w in self.workloads.values()
             if w.state is State.PREEMPTING and w.deadline is not None
+        ]
+        times += [
+            w.retry_at for w in self.workloads.values() if w.state is State.QUEUED and w.retry_at is not None
         ]
         times += [
             s.releasing_at
@@ -270,10 +275,11 @@ class SchedulerEngine:
                 self._progress_running(w, now)
 
     def cycle(self, now: float) -> CycleResult:
+        # A workload backing off after failed admissions sits this cycle out, keeping its
+        # reason (which says when it is tried again).
         live = [w for w in self.workloads.values() if not w.terminal]
-        snapshot = ClusterSnapshot(
-            nodes=list(self.nodes.values()), queues=self.queues, jobs=[job_info(w) for w in live]
-        )
+        tried = [job_info(w) for w in live if not w.waiting_to_retry(now)]
+        snapshot = ClusterSnapshot(nodes=list(self.nodes.values()), queues=self.queues, jobs=tried)
         result = self._cycle(snapshot, self.config, now)
         self._apply(result, now)
         self.queue_status = dict(result.queues)
@@ -398,18 +404,21 @@ class SchedulerEngine:
                 if w.spec.handoff:
                     self._hand_off(w)
                 w.submission_id = self.jobs.submit(w)
+            w.failed_admissions, w.retry_at = 0, None
             self._move(w, State.RUNNING, now, "admitted: its placement group is ready")
             self.events.append(("admitted", w.spec.queue, now - w.queued_at))
         elif now - w.since > w.spec.admission_timeout:
             nodes = ", ".join(sorted({s.node[:12] for s in w.slots.values()}))
             self._stop(w)
+            wait = w.admission_failed(now)
             self._move(
                 w,
                 State.QUEUED,
                 now,
                 f"placement group not ready after "
                 f"{w.spec.admission_timeout:g}s on node(s) {nodes} (Ray could not reserve "
-                "the resources there: used by work outside kai-ray?); re-queued",
+                f"the resources there: used by work outside kai-ray?); re-queued, next try "
+                f"in {wait:g}s (attempt {w.failed_admissions} failed in a row)",
             )
 
     def _hand_off(self, w: Workload) -> None:
@@ -443,52 +452,7 @@ class SchedulerEngine:
     # ------------------------------------------------------------ views
 
     def info(self, wid: str) -> dict[str, Any]:
-        w = self._get(wid)
-        pos = self.positions.get(wid)
-        return {
-            "id": w.id,
-            "name": w.spec.name,
-            "kind": w.spec.kind,
-            "queue": w.spec.queue,
-            "priority": w.spec.priority,
-            "state": w.state.value,
-            "reason": w.reason,
-            "position": pos[0] if pos else None,
-            "queue_length": pos[1] if pos else None,
-            "attempt": w.attempt,
-            "group": w.gang_group if w.slots else None,
-            "group_id": w.group_ids.get(w.gang_group) if w.slots else None,
-            "group_ids": dict(w.group_ids),
-            "groups": sorted(w.groups()),
-            "nodes": [w.slots[t].node for t in sorted(w.slots, key=lambda t: int(t[1:]))],
-            "workers": len(w.slots),
-            "slots": self._slot_views(w),
-            "preemptions": w.preemptions,
-            "submission_id": w.submission_id,
-            "error": w.error,
-            "created_at": w.created_at,
-            "history": [list(h) for h in w.history],
-        }
-
-    def _slot_views(self, w: Workload) -> list[dict[str, Any]]:
-        """Each admitted worker: its group id and bundle index there (the gang's group
-        holds one bundle per gang worker, in task order; a surplus worker a group alone)."""
-        out, index = [], 0
-        for task in sorted(w.slots, key=lambda t: int(t[1:])):
-            s = w.slots[task]
-            bundle = 0 if s.surplus else index
-            index += 0 if s.surplus else 1
-            out.append(
-                {
-                    "task": task,
-                    "node": s.node,
-                    "group_id": w.group_ids.get(s.group),
-                    "bundle": bundle,
-                    "surplus": s.surplus,
-                    "ready": s.ready or (not s.surplus and w.state is State.RUNNING),
-                }
-            )
-        return out
+        return workload_view(self._get(wid), self.positions.get(wid))
 
     def _update_positions(self, live: Iterable[Workload]) -> None:
         by_queue: dict[str, list[Workload]] = defaultdict(list)

@@ -36,6 +36,8 @@ class State(enum.Enum):
 TERMINAL = frozenset({State.SUCCEEDED, State.FAILED, State.CANCELLED})
 
 # from -> the states it may go to. Anything else raises TransitionError.
+ADMISSION_BACKOFF_MAX = 60.0  # seconds: the longest wait between admission retries
+
 TRANSITIONS: dict[State, frozenset[State]] = {
     State.QUEUED: frozenset({State.ADMITTING, State.CANCELLED, State.FAILED}),
     State.ADMITTING: frozenset(
@@ -127,6 +129,11 @@ class Workload:
     preemptions: int = 0
     error: str = ""
     handed_off: bool = False  # its groups were released to the job (spec.handoff)
+    # Admissions in a row whose group was never ready, and when it may be tried again:
+    # Ray refusing a reservation usually keeps refusing for a while (work outside
+    # kai-ray holds the resources), so each retry waits twice as long as the last.
+    failed_admissions: int = 0
+    retry_at: float | None = None
 
     # ------------------------------------------------------------ transitions
 
@@ -138,6 +145,20 @@ class Workload:
             )
         self.history.append((now, self.state.value, to.value, reason))
         self.state, self.since, self.reason = to, now, reason
+
+    def admission_failed(self, now: float) -> float:
+        """Count an admission whose group never became ready; the seconds to wait before
+        the next try (2, 4, 8 ... up to ADMISSION_BACKOFF_MAX)."""
+        self.failed_admissions += 1
+        wait = min(ADMISSION_BACKOFF_MAX, 2.0**self.failed_admissions)
+        self.retry_at = now + wait
+        return wait
+
+    def waiting_to_retry(self, now: float) -> bool:
+        """True while backing off; once the wait is over, clears it (and says False)."""
+        if self.retry_at is not None and now >= self.retry_at:
+            self.retry_at = None
+        return self.retry_at is not None
 
     @property
     def terminal(self) -> bool:
@@ -186,6 +207,8 @@ class Workload:
             "preemptions": self.preemptions,
             "error": self.error,
             "handed_off": self.handed_off,
+            "failed_admissions": self.failed_admissions,
+            "retry_at": self.retry_at,
         }
 
     @classmethod

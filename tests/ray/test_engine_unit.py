@@ -157,10 +157,25 @@ def test_group_not_ready_in_time_is_released_and_requeued_with_the_reason() -> N
     engine.step(10)
     w = engine.workloads["w"]
     assert backend.removed == ["kai-ray/w/1"]
-    # Re-queued with the reason, then tried again in the same step (a fresh group).
-    assert [h[2] for h in w.history] == ["Queued", "Admitting", "Queued", "Admitting"]
-    assert "not ready after 5s" in w.history[2][3]
-    assert w.attempt == 2 and list(backend.groups) == ["kai-ray/w/2"]
+    # Re-queued with the reason, and not tried again before its back-off (2 s) is over.
+    assert [h[2] for h in w.history] == ["Queued", "Admitting", "Queued"]
+    assert "not ready after 5s" in w.reason and "next try in 2s" in w.reason
+    assert engine.next_deadline() == 12
+    view = engine.info("w")
+    assert view["position"] == 1 and view["retry_at"] == 12 and view["failed_admissions"] == 1
+    engine.step(11)
+    assert w.state is State.QUEUED and w.attempt == 1
+    engine.step(12)  # a fresh group
+    assert w.state is State.ADMITTING and w.attempt == 2 and list(backend.groups) == ["kai-ray/w/2"]
+    # Failing again doubles the wait; success resets the count.
+    engine.step(18)
+    assert w.state is State.QUEUED and "next try in 4s" in w.reason and engine.next_deadline() == 22
+    backend.ready = True
+    engine.step(22)
+    engine.step(23)
+    assert w.state is State.RUNNING and w.failed_admissions == 0 and w.retry_at is None
+    restored = Workload.from_json(json.loads(json.dumps(w.to_json())))
+    assert restored.failed_admissions == 0 and restored.retry_at is None
 
 
 def test_preemption_gives_notice_then_kills_and_requeues_or_fails() -> None:
