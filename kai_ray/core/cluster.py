@@ -59,6 +59,14 @@ class Nodes:
             ext = dict(node.extended)
             self.capacity[i] = [node.gpus, node.cpu, node.memory, *(ext.get(e, 0.0) for e in extended)]
         self.idle = self.capacity.copy()
+        column = {name: c for c, name in enumerate(self.columns)}
+        for i, node in enumerate(infos):
+            for name, amount in node.used_outside:
+                c = column.get(name)
+                if c is not None:
+                    self.idle[i, c] = max(0.0, self.idle[i, c] - amount)
+        # What work outside the scheduler holds, per node (for reasons only).
+        self.outside = self.capacity - self.idle
         self.releasing = np.zeros((n, r))
         self.schedulable: BoolArray = np.array([not x.unschedulable for x in infos], dtype=bool)
         self.device_memory = np.array([x.gpu_memory for x in infos], dtype=np.float64)

@@ -109,6 +109,9 @@ class NodeInfo:
     unschedulable: bool = False  # no new placements; running tasks stay
     extended: tuple[tuple[str, float], ...] = ()
     gpu_model: str = ""
+    # Held by work this scheduler does not manage ("gpu", "cpu", "memory" or an extended
+    # name): not free to place on, but still part of the node's capacity.
+    used_outside: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

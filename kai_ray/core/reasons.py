@@ -73,9 +73,11 @@ def explain_unplaced(placer: Placer, tasks: Sequence[Task]) -> str:
     free_gpus = float((nodes.idle[mask, 0] + nodes.releasing[mask, 0]).sum())
     largest = float((nodes.idle[mask, 0]).max()) if mask.any() else 0.0
     if fitting == 0:
+        outside = float(nodes.outside[mask, 0].sum())
+        held = f"; work outside the scheduler holds {outside:g} GPUs" if outside > EPS else ""
         return (
             f"{gang}: no node has room now for even one task "
-            f"(free: {free_gpus:g} whole GPUs, largest free node has {largest:g})"
+            f"(free: {free_gpus:g} whole GPUs, largest free node has {largest:g}{held})"
         )
     return (
         f"{gang}: only part of the gang fits at once ({fitting} nodes have room for a task; "

@@ -70,7 +70,6 @@ class SchedulerEngine:
         self.queue_status: dict[str, QueueStatus] = {}
         self.positions: dict[str, tuple[int, int]] = {}
         self.nodes: dict[str, NodeInfo] = {}
-        self.capacity: dict[str, NodeInfo] = {}  # nodes as if nothing outside kai-ray ran
         self.gpu_devices: dict[str, dict[str, Any]] = {}  # node -> NVML facts
         self.changed: set[str] = set()  # state changed since the actor last looked
         self.events: list[tuple[str, str, float]] = []  # (kind, queue, value) for metrics
@@ -112,11 +111,10 @@ class SchedulerEngine:
 
     def refresh_nodes(self) -> None:
         raw = self.backend.nodes()
-        # Bundles of our own workloads are sized on the nodes as Ray reports them, and a
-        # submission is refused only when no node could hold a worker even with nothing
-        # else on it: work outside kai-ray comes and goes, so it makes a job wait, not fail.
+        # Bundles of our own workloads are sized on the nodes as Ray reports them. Work
+        # outside kai-ray is passed on as such: it comes and goes, so it makes a job wait
+        # (and says so), while a submission is refused only when no node is big enough.
         self.nodes = {n["NodeID"]: node_info(n, self.gpu_devices.get(n["NodeID"])) for n in raw}
-        self.capacity = dict(self.nodes)
         foreign = self._foreign_usage(raw, self.backend.available())
         self.nodes = {
             n["NodeID"]: node_info(n, self.gpu_devices.get(n["NodeID"]), foreign.get(n["NodeID"]))
@@ -179,7 +177,7 @@ class SchedulerEngine:
     def validate(self, spec: WorkloadSpec) -> None:
         if not self.nodes:
             self.refresh_nodes()
-        validate_spec(spec, self.queues, list(self.capacity.values()))
+        validate_spec(spec, self.queues, list(self.nodes.values()))
 
     def cancel(self, wid: str, now: float, reason: str = "cancelled by the user") -> Workload:
         w = self._get(wid)

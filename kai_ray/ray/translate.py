@@ -8,6 +8,7 @@ object store) are not schedulable and are dropped.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -34,6 +35,7 @@ _DEFAULT_GPU_MEMORY = 80 * 1024**3
 _CORE_NAMES = {"GPU", "CPU", "memory", "gpu_memory"}
 
 _SPREAD = {"SPREAD": "preferred", "STRICT_SPREAD": "required"}
+_CORE_COLUMN = {"GPU": "gpu", "CPU": "cpu", "memory": "memory"}  # Ray's names -> the core's
 
 
 def _schedulable(name: str) -> bool:
@@ -83,12 +85,14 @@ def node_info(
 
     `gpu_devices` is what NVML discovery reported for the node ({"model", "memory"} of its
     first device); without it the node's labels or an 80 GiB default stand in. `foreign`
-    is what work outside kai-ray holds there: the core sees the node without it (whole
-    GPUs only: a partly used device is not offered)."""
+    is what work outside kai-ray holds there: the core counts it as used outside the
+    scheduler (whole GPUs: a partly used device is not offered)."""
     res: dict[str, float] = dict(node.get("Resources", {}))
-    for name, used in (foreign or {}).items():
-        if name in res:
-            res[name] = max(0.0, res[name] - used)
+    outside = []
+    for name, used in sorted((foreign or {}).items()):
+        if name in res and used > 0:
+            core_name = _CORE_COLUMN.get(name, name)
+            outside.append((core_name, float(math.ceil(used - 1e-9)) if name == "GPU" else used))
     if "GPU" in res:
         res["GPU"] = float(int(res["GPU"] + 1e-9))
     labels = dict(node.get("Labels") or {})
@@ -111,6 +115,7 @@ def node_info(
         unschedulable=bool(node.get("kai_unschedulable", False)),
         extended=extended,
         gpu_model=model,
+        used_outside=tuple(outside),
     )
 
 

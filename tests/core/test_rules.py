@@ -38,6 +38,22 @@ def _three_nodes() -> ClusterBuilder:
 
 CASES = [
     Case(
+        "GPUs held outside the scheduler are not offered, and the reason says so",
+        ClusterBuilder()
+        .node("n0", gpus=4, gpus_used_outside=3)
+        .queue("q", gpu_quota=4)
+        .job("small", "q")
+        .pending()
+        .job("big", "q", gpu=2)
+        .pending(),
+        ("allocate",),
+        {"small": {"bind@n0"}},
+        reasons={
+            "big": "no node has room now for even one task (free: 0 whole GPUs, largest free "
+            "node has 0; work outside the scheduler holds 3 GPUs)"
+        },
+    ),
+    Case(
         "a gang that prefers spreading takes a node per task (binpack would stack them)",
         _three_nodes().job("g", "q", spread="preferred").pending(3),
         ("allocate",),

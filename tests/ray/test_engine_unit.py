@@ -135,6 +135,23 @@ def test_bad_workloads_are_refused_with_the_fix(kw: dict[str, Any], message: str
     assert engine.workloads == {}
 
 
+def test_work_outside_kai_ray_makes_a_worker_wait_not_fail() -> None:
+    engine, backend, _ = make()
+    # Every GPU is held by something kai-ray did not place (another user's actors).
+    backend.available = lambda: {n["NodeID"]: {"CPU": 8.0, "GPU": 0.0} for n in backend.node_list}  # type: ignore[method-assign]
+    engine.refresh_nodes()
+    engine.submit("w", spec(), 0)  # fits an empty node: accepted
+    engine.step(1)
+    w = engine.workloads["w"]
+    assert w.state is State.QUEUED and not backend.groups
+    assert "no node has room now" in w.reason and "work outside the scheduler holds 8 GPUs" in w.reason
+    with pytest.raises(SubmitError, match="largest node has GPU 4"):  # never fits: refused
+        engine.submit("big", spec(resources_per_worker={"GPU": 8}), 0)
+    backend.available = lambda: {}  # type: ignore[method-assign]
+    engine.step(2)
+    assert w.state is State.ADMITTING
+
+
 def test_gang_bound_to_pinned_bundles_written_ahead_then_running() -> None:
     engine, backend, _ = make()
     engine.submit("w", spec(workers=2), 0)
