@@ -34,7 +34,6 @@ class CycleContext:
     _next_amount: dict[int, list[float]] = field(default_factory=dict)
     # n times a shared per-task amount, by (id of that amount, n): read-only arrays.
     _multiples: dict[tuple[int, int], FloatArray] = field(default_factory=dict)
-    _multiple_rows: dict[tuple[int, int], list[float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.rows = ShareRows.of(self.shares, self.total)
@@ -65,22 +64,13 @@ class CycleContext:
             total += self.state.queue_amount(t, t.node)
         return total
 
-    def amount_of(self, task: Task, n: int) -> list[float]:
-        """n times a task's fixed queue amount, as plain floats (cached per amount)."""
-        assert task.amount is not None
-        key = (id(task.amount), n)
-        found = self._multiple_rows.get(key)
-        if found is None:
-            found = self._multiple_rows[key] = (task.amount * n).tolist()
-        return found
-
     def rank(self, q: int, job: Job) -> QueueRank:
         assert self.rows is not None
         amount = self._next_amount.get(id(job))
         if amount is None:
-            if job.uniform:  # no need to list the tasks
-                amount = self.amount_of(job.tasks[0], allocate_count(job))
-            else:
-                amount = self.amount(tasks_to_allocate(job)).tolist()
+            # A uniform job's next tasks ask what any as many of its tasks ask: no need
+            # to find which ones are pending.
+            tasks = job.tasks[: allocate_count(job)] if job.uniform else tasks_to_allocate(job)
+            amount = self.amount(tasks).tolist()
             self._next_amount[id(job)] = amount
         return self.policy.queue_rank(self.state, self.rows, q, amount)
