@@ -304,7 +304,7 @@ def _replace(ctx: CycleContext, moved: list[Unit]) -> bool:
         mask = ctx.placer.job_mask(unit.job).copy()
         mask[list(old)] = False
         for t in unit.tasks:
-            spot = ctx.placer.choose(t, mask, allow_pipeline=True)
+            spot = ctx.placer.spot(t, mask, allow_pipeline=True)
             if spot is None:
                 return False
             ctx.stmt.place(t, spot[0], spot[1], True, "consolidation")

@@ -64,17 +64,8 @@ class Placer:
             held = {int(ids[t.node]) for t in job.tasks if t.status.is_active and t.node >= 0}
             mask = mask & np.isin(ids, list(held)) if held else mask
         if job.info.spread == "required":
-            mask = self._off_own_nodes(job, mask)
+            mask = mask & (self.own_counts(job) == 0)
         return mask
-
-    def _off_own_nodes(self, job: Job, mask: BoolArray) -> BoolArray:
-        """`mask` without the nodes where the job's active tasks are (or were just placed)."""
-        own = [t.node for t in job.tasks if t.status.is_active and t.node >= 0]
-        if not own:
-            return mask
-        out = mask.copy()
-        out[own] = False
-        return out
 
     def domains(self, level: str) -> tuple[IntArray, list[str]]:
         """Per node, the id of its domain at a topology level (-1: node lacks the label)."""
@@ -223,30 +214,55 @@ class Placer:
     ) -> bool:
         """Place every task or none (the caller's checkpoint is rolled back on failure)."""
         checkpoint = stmt.checkpoint()
-        spread = tasks[0].job.info.spread if tasks else ""
-        if not spread and self._can_fill_blocks(tasks, mask):
+        spreading = bool(tasks) and bool(tasks[0].job.info.spread)
+        if not spreading and self._can_fill_blocks(tasks, mask):
             tasks = self._fill_blocks(stmt, tasks, action)
+        # A spreading gang counts its tasks per node as it goes, rather than per task.
+        counts = self.own_counts(tasks[0].job) if spreading else None
         for task in tasks:
-            if spread:
-                spot = self._spread_spot(task, mask, allow_pipeline, spread == "required")
-            else:
-                spot = self.choose(task, mask, allow_pipeline)
+            spot = self.spot(task, mask, allow_pipeline, counts)
             if spot is None:
                 stmt.rollback(checkpoint)
                 return False
             stmt.place(task, spot[0], spot[1], spot[2], action)
+            if counts is not None:
+                counts[spot[0]] += 1
         return True
 
-    def _spread_spot(self, task: Task, mask: BoolArray, allow_pipeline: bool, required: bool) -> Spot | None:
-        """A node none of the job's tasks holds: now, else (when only preferred) any node
-        now, else the same two on releasing capacity."""
-        elsewhere = self._off_own_nodes(task.job, mask)
-        if required:
-            return self.choose(task, elsewhere, allow_pipeline)
-        spot = self.choose(task, elsewhere, False) or self.choose(task, mask, False)
-        if spot is None and allow_pipeline:
-            spot = self.choose(task, elsewhere, True) or self.choose(task, mask, True)
-        return spot
+    def spot(
+        self, task: Task, mask: BoolArray, allow_pipeline: bool, counts: IntArray | None = None
+    ) -> Spot | None:
+        """Where one task goes: the usual choice, or the spreading rule for a job that
+        spreads. Every action places through here, so they all spread alike. `counts`:
+        the job's tasks per node, when the caller keeps them (else counted now)."""
+        if not task.job.info.spread:
+            return self.choose(task, mask, allow_pipeline)
+        return self._spread_spot(
+            task, mask, allow_pipeline, self.own_counts(task.job) if counts is None else counts
+        )
+
+    def own_counts(self, job: Job) -> IntArray:
+        """Per node, how many of the job's active tasks it holds (those just placed too)."""
+        held = [t.node for t in job.tasks if t.status.is_active and t.node >= 0]
+        return np.bincount(np.array(held, dtype=np.int64), minlength=len(self.state.nodes))
+
+    def _spread_spot(
+        self, task: Task, mask: BoolArray, allow_pipeline: bool, counts: IntArray
+    ) -> Spot | None:
+        """Spreading is as even as the room allows: among the nodes with room now (else,
+        when allowed, once released), those holding the fewest of the job's tasks, the
+        best of them by the usual score. "required" only takes nodes holding none.
+
+        Room now comes first, as everywhere: an even spread is not worth waiting for."""
+        required = task.job.info.spread == "required"
+        for future in (False, True) if allow_pipeline else (False,):
+            room = self.fits(task, mask, future)
+            if required:
+                room &= counts == 0
+            if room.any():
+                fewest = room & (counts == counts[room].min())
+                return self._on_node(task, self.best_node(task, fewest), cpu_now=not future)
+        return None
 
     def _needs(self, demand: FloatArray) -> list[tuple[int, float]]:
         """The demand's non-zero columns as plain numbers (cached per shared demand)."""

@@ -72,7 +72,7 @@ def free_room_for(
     pool = _VictimPool(ctx, units)
     for task in tasks:
         mask = ctx.placer.job_mask(job)
-        spot = ctx.placer.choose(task, mask, allow_pipeline=True)
+        spot = ctx.placer.spot(task, mask, allow_pipeline=True)
         if spot is None and not _free_a_node(ctx, task, mask, pool, allowed, action, reason):
             ctx.stmt.rollback(start)
             return False
@@ -114,9 +114,10 @@ class _VictimPool:
             self.live[self.index[id(u)]] = False
 
     def nodes_worth_freeing(self, task: Task, mask: np.ndarray) -> np.ndarray:
-        """Nodes where evicting live victims could make room: least missing room first,
-        then the node whose victims come first in victim order (as a global youngest-
-        first search would take them), then node order."""
+        """Nodes where evicting live victims could make room: least missing room first;
+        for a spreading job, then the node holding the fewest of its tasks (the spread
+        stays as even as allocate would make it); then the node whose victims come first
+        in victim order (as a global youngest-first search would take them); node order."""
         nodes = self.ctx.state.nodes
         n = len(nodes)
         alive = self.live[self.task_unit]
@@ -132,7 +133,10 @@ class _VictimPool:
         col = 0 if (task.demand[0] > 0 or task.fraction_request) else 1
         candidates = np.flatnonzero(ok)
         missing = np.maximum(0.0, task.demand[col] - room[candidates, col])
-        order = np.lexsort((candidates, first[candidates], missing))
+        keys = [candidates, first[candidates]]
+        if task.job.info.spread:
+            keys.append(self.ctx.placer.own_counts(task.job)[candidates])
+        order = np.lexsort((*keys, missing))
         return candidates[order]
 
 
@@ -151,7 +155,7 @@ def _free_a_node(
         taken = _evict_until_fits(ctx, task, here, pool.on_node(node), allowed, action, reason)
         if taken is None:
             continue
-        spot = ctx.placer.choose(task, here, allow_pipeline=True)
+        spot = ctx.placer.spot(task, here, allow_pipeline=True)
         if spot is not None:
             ctx.stmt.place(task, spot[0], spot[1], spot[2], action)
             pool.gone(taken)

@@ -6,7 +6,7 @@ the input snapshot and recounts everything from the tasks.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 from hypothesis import HealthCheck, given, settings
@@ -283,3 +283,75 @@ def test_required_spread_never_puts_two_of_a_jobs_tasks_on_one_node(snap: Cluste
         placed = [d.node for ds in decided.values() for d in ds if isinstance(d, Bind | Pipeline)]
         assert len(set(placed)) == len(placed), f"{job.name}: {placed}"
         assert not set(placed) & set(staying), f"{job.name}: placed {placed} beside {staying}"
+
+
+def _room_now(held: list[Placed], node: NodeInfo, request: Request) -> bool:
+    """Whether `node` could take one more task of `request` at this instant."""
+    here = [p for p in held if p.node == node.name and p.kind in ("running", "releasing", "bound")]
+    if sum(p.request.cpu for p in here) + request.cpu > node.cpu + EPS:
+        return False
+    if sum(p.request.memory for p in here) + request.memory > node.memory + EPS:
+        return False
+    devices: dict[int | None, float] = defaultdict(float)
+    for p in here:
+        if p.request.is_fractional:
+            devices[p.device] += p.request.gpu
+    whole_free = node.gpus - len(devices) - sum(p.request.gpu for p in here if not p.request.is_fractional)
+    if request.is_fractional:
+        return whole_free >= 1 - EPS or any(used + request.gpu <= 1 + EPS for used in devices.values())
+    return whole_free >= request.gpu - EPS
+
+
+@st.composite
+def spreading(draw: st.DrawFn) -> ClusterSnapshot:
+    """Few nodes with uneven room (other work runs there) and jobs that prefer spreading,
+    some with more tasks than nodes: where stacking would show."""
+    nodes = [
+        NodeInfo(f"n{i}", gpus=draw(st.integers(0, 6)), cpu=float(draw(st.integers(2, 12))), memory=64 * GI)
+        for i in range(draw(st.integers(1, 4)))
+    ]
+    other = [
+        TaskInfo(f"other-{k}", TaskStatus.RUNNING, Request(gpu=1.0, cpu=1.0), node.name)
+        for k, node in enumerate(nodes)
+        for _ in range(draw(st.integers(0, node.gpus)))
+    ]
+    jobs = [JobInfo("other", "q", other, priority=125, preemptible=False)] if other else []
+    for j in range(draw(st.integers(1, 3))):
+        request = Request(gpu=draw(st.sampled_from([0.0, 0.5, 1.0, 2.0])), cpu=1.0, memory=GI)
+        count = draw(st.integers(1, 8))
+        running = [
+            TaskInfo(f"s{j}-r{k}", TaskStatus.RUNNING, request, draw(st.sampled_from(nodes)).name, None)
+            for k in range(draw(st.integers(0, 2)) if not request.is_fractional else 0)
+        ]
+        pending = [TaskInfo(f"s{j}-{k}", TaskStatus.PENDING, request) for k in range(count)]
+        min_member = len(running) or draw(st.integers(1, count))
+        jobs.append(JobInfo(f"s{j}", "q", running + pending, min_member=min_member, spread="preferred"))
+    queues = [QueueInfo("q", quota=(UNLIMITED, UNLIMITED, UNLIMITED))]
+    return ClusterSnapshot(nodes, queues, jobs)
+
+
+@SETTINGS
+@given(spreading())
+def test_preferred_spread_is_as_even_as_the_room_allows(snap: ClusterSnapshot) -> None:
+    """A node that got one of the job's tasks holds at most one more of them than any
+    node that still has room for another: each task went to a node with the fewest."""
+    if not _fits_input(snap):
+        return
+    result = run_cycle(snap, SchedulerConfig(actions=("allocate",)), 0.0)
+    by_task = _by_task(result.decisions)
+    held = _holdings(snap, by_task)
+    for job in snap.jobs:
+        if job.spread != "preferred":
+            continue
+        placed = [
+            d.node for t in job.tasks for d in by_task.get(t.name, []) if isinstance(d, Bind | Pipeline)
+        ]
+        if not placed:
+            continue
+        running = [t.node for t in job.tasks if t.status is TaskStatus.RUNNING and t.node]
+        counts = Counter(running + placed)
+        most = max(counts[n] for n in placed)
+        request = job.tasks[0].request
+        for node in snap.nodes:
+            if counts[node.name] < most - 1 and _room_now(held, node, request):
+                raise AssertionError(f"{job.name}: {dict(counts)}, yet {node.name} has room")
