@@ -31,6 +31,10 @@ _API = {
     "reservation_placement",
     "train_scaling_config",
     "worker_strategies",
+    "workers",
+    "Worker",
+    "Workers",
+    "SchedulerNotRunning",
 }
 
 __all__ = ["__version__", *sorted(_API)]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import logging
+import sys
 from typing import Any
 
 import ray
@@ -13,6 +15,7 @@ from kai_ray.ray.client import QueuesArg, Scheduler, load_queue_arg, new_workloa
 
 __all__ = [
     "Scheduler",
+    "SchedulerNotRunning",
     "get_scheduler",
     "init",
     "load_queue_arg",
@@ -20,7 +23,17 @@ __all__ = [
     "shutdown_scheduler",
 ]
 
+log = logging.getLogger("kai_ray")
 _current: Scheduler | None = None
+
+START_HINT = (
+    "call kai_ray.init() first (it starts the scheduler), or start it on the cluster "
+    "with `kai-ray start [--queues QUEUES.yaml]`"
+)
+
+
+class SchedulerNotRunning(RuntimeError):
+    """No kai-ray scheduler runs on the Ray cluster (or no Ray cluster was found)."""
 
 
 def init(
@@ -30,8 +43,11 @@ def init(
     **ray_init_kwargs: Any,
 ) -> Scheduler:
     """Connect to Ray (start a local cluster when `address` is None and none runs), then
-    find the scheduler actor or start it. `queues` (a file or a list) is applied to a
-    running scheduler too; a bad file raises ConfigError and changes nothing."""
+    find the scheduler actor or start it.
+
+    `queues` (a file or a list) are added to the scheduler's queues, or update the
+    queues of the same name; other queues are kept, and what changed is logged. A bad
+    file raises ConfigError and changes nothing."""
     global _current
     infos = load_queue_arg(queues)  # validate before touching anything
     if not ray.is_initialized():
@@ -43,17 +59,29 @@ def init(
         handle, existed = get_or_start_scheduler(infos, config), False
     _current = Scheduler(handle)
     if existed and infos is not None:
-        _current.apply_queues(infos)
+        change = _current.apply_queues(infos)
+        if change["added"] or change["updated"]:
+            _say(f"kai-ray: queues of the running scheduler: {change['summary']}")
     return _current
 
 
 def get_scheduler() -> Scheduler:
-    """The scheduler of the current Ray session (connecting to it if this process has not)."""
+    """The scheduler of the current Ray session (connecting to it if this process has
+    not). Raises SchedulerNotRunning, saying what to do, when there is none."""
     global _current
     if _current is None:
         if not ray.is_initialized():
-            ray.init(address="auto")
-        _current = Scheduler(ray.get_actor(SCHEDULER_NAME, namespace=NAMESPACE))
+            try:
+                ray.init(address="auto")
+            except ConnectionError as exc:
+                raise SchedulerNotRunning(f"no Ray cluster to connect to ({exc}); {START_HINT}") from None
+        try:
+            handle = ray.get_actor(SCHEDULER_NAME, namespace=NAMESPACE)
+        except ValueError:
+            raise SchedulerNotRunning(
+                f"no kai-ray scheduler runs on this Ray cluster; {START_HINT}"
+            ) from None
+        _current = Scheduler(handle)
     return _current
 
 
@@ -63,3 +91,21 @@ def shutdown_scheduler() -> None:
     with contextlib.suppress(ValueError):
         ray.kill(ray.get_actor(SCHEDULER_NAME, namespace=NAMESPACE), no_restart=True)
     _current = None
+
+
+class _Stderr(logging.Handler):
+    """Writes to the sys.stderr of the moment (which tools and tests may swap)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(self.format(record), file=sys.stderr, flush=True)
+
+
+def _say(text: str) -> None:
+    """A line for the person running the driver, on the `kai_ray` logger. Like Ray's
+    own `ray` logger, it prints INFO to stderr by itself unless the application
+    configured the `kai_ray` logger."""
+    if not log.handlers and log.level == logging.NOTSET:
+        log.addHandler(_Stderr())
+        log.setLevel(logging.INFO)
+        log.propagate = False
+    log.info(text)

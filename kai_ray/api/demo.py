@@ -12,6 +12,8 @@ import logging
 import time
 from typing import Any
 
+from kai_ray.api.render import plural
+
 __all__ = ["run_demo"]
 
 QUEUES = [
@@ -119,7 +121,7 @@ def _story(ray: Any, kai_ray: Any, sched: Any, tl: Timeline, quick: bool, queue_
             for w in sched.list():
                 if states.get(w["id"]) != w["state"]:
                     states[w["id"]] = w["state"]
-                    where = f" on {len(set(w.get('nodes') or []))} node(s)" if w["workers"] else ""
+                    where = f" on {plural(len(set(w.get('nodes') or [])), 'node')}" if w["workers"] else ""
                     tl.say(f"{names.get(w['id'], w['id']):<14} {w['state']:<10}{where} - {w['reason']}")
             time.sleep(0.1)
 
@@ -157,5 +159,5 @@ def _story(ray: Any, kai_ray: Any, sched: Any, tl: Timeline, quick: bool, queue_
         else:
             h.result(timeout=60)
     preempted = sum(sched.info(h.id)["preemptions"] for h in (t1, t2, t3))
-    tl.say(f"done: {preempted} preemption(s), every workload either finished or was cancelled")
+    tl.say(f"done: {plural(preempted, 'preemption')}, every workload either finished or was cancelled")
     return 0 if preempted >= 2 else 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, cast
+from typing import Any
 
 import ray
 from ray.experimental import internal_kv
@@ -23,7 +23,6 @@ __all__ = [
     "reservation_placement",
     "reservation_strategy",
     "train_scaling_config",
-    "worker_strategies",
 ]
 
 _by_group: dict[str, str | None] = {}  # placement group id -> workload id, per process
@@ -57,15 +56,30 @@ def group_by_id(group_id: str) -> PlacementGroup:
 
 
 def notice_for(wid: str) -> dict[str, Any] | None:
+    _connect()
     raw = internal_kv._internal_kv_get(notice_key(wid), namespace=KV_NAMESPACE)
     return None if raw is None else dict(json.loads(raw))
 
 
 def preemption_notice() -> dict[str, Any] | None:
     """None while the workload may keep running; else {"reason", "deadline" (epoch
-    seconds), "attempt"}: checkpoint now, the reservation goes at the deadline."""
+    seconds), "attempt"}: checkpoint now, the reservation goes at the deadline.
+    In a Ray job admitted by kai-ray it connects to Ray if the job has not yet."""
     wid = current_workload()
     return notice_for(wid) if wid else None
+
+
+def _connect() -> None:
+    """Code of a workload may ask before its own `ray.init()` (a Ray job's first lines):
+    connect as `ray.init()` would there, or say what to do."""
+    if ray.is_initialized():
+        return
+    try:
+        ray.init(address=os.environ.get("RAY_ADDRESS") or "auto", log_to_driver=False)
+    except ConnectionError as exc:
+        raise RuntimeError(
+            f"kai-ray needs a connection to the Ray cluster and found none ({exc}); call ray.init() first"
+        ) from None
 
 
 def reservation_strategy(bundle_index: int = -1) -> PlacementGroupSchedulingStrategy | None:
@@ -102,24 +116,3 @@ def train_scaling_config(**overrides: Any) -> Any:
         "label_selector": [{"ray.io/node-id": n} for n in placement["nodes"]],
     }
     return ScalingConfig(**{**cfg, **overrides})
-
-
-def worker_strategies() -> list[PlacementGroupSchedulingStrategy]:
-    """Inside a workload: a scheduling strategy per admitted worker that is ready, the
-    gang's first, then elastic surplus workers. Call it again to see the workload grow
-    or shrink; work on a surplus worker may be taken back (after a notice, see
-    preemption_notice) when another queue needs the capacity."""
-    from kai_ray.ray.actor import NAMESPACE, SCHEDULER_NAME
-
-    wid = current_workload()
-    if wid is None:
-        return []
-    ref: Any = ray.get_actor(SCHEDULER_NAME, namespace=NAMESPACE).info.remote(wid)
-    info = cast(dict[str, Any], ray.get(ref))
-    return [
-        PlacementGroupSchedulingStrategy(
-            group_by_id(s["group_id"]), s["bundle"], placement_group_capture_child_tasks=True
-        )
-        for s in info["slots"]
-        if s["ready"] and s["group_id"]
-    ]

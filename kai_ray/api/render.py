@@ -6,7 +6,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["explain_text", "num", "queue_table", "status_text", "table", "workload_table"]
+__all__ = ["explain_text", "num", "plural", "queue_table", "status_text", "table", "workload_table"]
 
 
 def num(x: float | None, unlimited: bool = False) -> str:
@@ -15,6 +15,11 @@ def num(x: float | None, unlimited: bool = False) -> str:
     if unlimited and x < 0:
         return "inf"
     return f"{x:.2f}".rstrip("0").rstrip(".") if x != int(x) else str(int(x))
+
+
+def plural(n: int, noun: str) -> str:
+    """ "1 node", "2 nodes"."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -83,9 +88,11 @@ def status_text(status: dict[str, Any]) -> str:
     nodes = status["nodes"]
     node_rows = [
         [
-            n["id"][:12],
-            num(n["gpus"]),
-            num(n["cpu"]),
+            n["id"][:12] + (" (cordoned)" if n.get("unschedulable") else ""),
+            f"{num(n['gpu_free'])}/{num(n['gpus'])}",
+            num(n["gpu_used"]),
+            num(n["gpu_outside"]),
+            f"{num(n['cpu_free'])}/{num(n['cpu'])}",
             n["gpu_model"] or "-",
             ",".join(f"{k}={v}" for k, v in sorted(n["labels"].items())) or "-",
         ]
@@ -94,9 +101,12 @@ def status_text(status: dict[str, Any]) -> str:
     counts = ", ".join(f"{k} {v}" for k, v in sorted(status["workloads"].items())) or "none"
     return "\n".join(
         [
-            f"scheduler up {status['uptime_s']:.0f}s; {len(nodes)} nodes; workloads: {counts}",
+            f"scheduler up {status['uptime_s']:.0f}s; {plural(len(nodes), 'node')}; workloads: {counts}",
             "",
-            table(["NODE", "GPU", "CPU", "GPU MODEL", "LABELS"], node_rows),
+            table(
+                ["NODE", "GPU FREE", "GPU KAI-RAY", "GPU OUTSIDE", "CPU FREE", "GPU MODEL", "LABELS"],
+                node_rows,
+            ),
             "",
             queue_table(status["queues"]),
         ]
@@ -121,7 +131,7 @@ def explain_text(info: dict[str, Any]) -> str:
     if info["groups"]:
         lines.append(f"  placement groups: {', '.join(info['groups'])}")
     if info["preemptions"]:
-        lines.append(f"  preempted {info['preemptions']} time(s)")
+        lines.append(f"  preempted {plural(info['preemptions'], 'time')}")
     lines.append("  history:")
     t0 = info["history"][0][0] if info["history"] else 0.0
     for at, old, new, why in info["history"]:

@@ -5,7 +5,12 @@
     def train(cfg): ...          # the body is the driver of its reservation
 
     train(cfg)                   # waits for admission, runs inside the reservation
+    ref = train.remote(cfg)      # an ObjectRef of the result, as with @ray.remote
     h = train.submit(cfg)        # a WorkloadHandle: status, position, reason, cancel, result
+
+A worker's resources take Ray's names too: `num_gpus=1, num_cpus=2, memory=...,
+resources={...}` (per worker). Inside the body, `kai_ray.workers()` lists the workers
+admitted now, each with a scheduling strategy for its bundle (kai_ray.api.workers).
 
 The body runs as a Ray task that holds no resources of its own, inside the workload's
 placement group with child capture on: the tasks and actors it starts use the reserved
@@ -25,7 +30,7 @@ from typing import Any, Generic, ParamSpec, TypeVar
 
 import ray
 from ray.util.placement_group import PlacementGroup
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
 from kai_ray.api.client import Scheduler, get_scheduler
 from kai_ray.api.notice import group_by_id
@@ -120,6 +125,13 @@ def _run_body(wid: str, attempt: int, handle: Any, fn: Callable[..., Any], args:
         os.environ.pop(ENV_ATTEMPT, None)
 
 
+@ray.remote(num_cpus=0, max_retries=0)
+def _drive_remotely(wid: str, handle: Any, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    """`.remote()`: the admission loop as a Ray task, so its result is an ObjectRef. The
+    body's arguments are this task's own, so Ray resolves ObjectRefs among them."""
+    return _drive(Scheduler(handle), wid, fn, args, kwargs)
+
+
 def _drive(sched: Scheduler, wid: str, fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
     """Admission -> run -> (preempted: again) until the body returns or the workload ends."""
     while True:
@@ -164,12 +176,15 @@ class WorkloadFunction(Generic[P, R]):
         functools.update_wrapper(self, fn)
 
     def options(self, **overrides: Any) -> WorkloadFunction[P, R]:
-        return WorkloadFunction(self._fn, {**self._spec_kwargs, **overrides})
+        return workload(self._fn, **{**self._spec_kwargs, **overrides})  # type: ignore[no-any-return]
+
+    def _submit(self) -> tuple[Scheduler, str]:
+        sched = get_scheduler()
+        return sched, sched.submit(make_spec(**{"name": self._fn.__name__, **self._spec_kwargs}))
 
     def submit(self, *args: P.args, **kwargs: P.kwargs) -> WorkloadHandle:
-        sched = get_scheduler()
-        spec = make_spec(**{"name": self._fn.__name__, **self._spec_kwargs})
-        wid = sched.submit(spec)
+        """Queue the workload; a handle to follow it (status, position, reason, result)."""
+        sched, wid = self._submit()
         future: Future[Any] = Future()
 
         def run() -> None:
@@ -181,16 +196,25 @@ class WorkloadFunction(Generic[P, R]):
         threading.Thread(target=run, name=f"kai-ray-{wid}", daemon=True).start()
         return WorkloadHandle(wid, sched, future)
 
-    remote = submit  # Ray's spelling
+    def remote(self, *args: P.args, **kwargs: P.kwargs) -> ray.ObjectRef:
+        """Queue the workload; an ObjectRef of the body's result (`ray.get` it), as a
+        `@ray.remote` function gives. Refusals (SubmitError) are raised here, at once."""
+        sched, wid = self._submit()
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+        return _drive_remotely.options(  # type: ignore[no-any-return]
+            scheduling_strategy=here, name=f"kai-ray-admission:{wid}"
+        ).remote(wid, sched.handle, self._fn, *args, **kwargs)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.submit(*args, **kwargs).result()  # type: ignore[no-any-return]
 
 
 def workload(fn: Callable[P, R] | None = None, /, **spec_kwargs: Any) -> Any:
-    """Decorate a function as a kai-ray workload (see the module doc for the arguments)."""
+    """Decorate a function as a kai-ray workload (see the module doc for the arguments).
+    Options are checked here, so a typo fails at the decorator, not at the first call."""
     if "queue" not in spec_kwargs:
         raise TypeError("kai_ray.workload(...) needs queue=")
+    make_spec(**spec_kwargs)  # raises TypeError / UnknownPriorityClassError
     if fn is not None:
         return WorkloadFunction(fn, spec_kwargs)
     return lambda f: WorkloadFunction(f, spec_kwargs)

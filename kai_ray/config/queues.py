@@ -260,7 +260,16 @@ def parse_queues(documents: Sequence[Any], *, path: str | Path | None = None) ->
 
 
 def load_queues(path: str | Path) -> list[QueueInfo]:
-    return parse_queues(read_yaml_documents(path), path=path)
+    """The queues of a file; a file without any is refused (applying it would change
+    nothing, and it is usually the wrong file or an unfinished one)."""
+    queues = parse_queues(read_yaml_documents(path), path=path)
+    if not queues:
+        raise ConfigError(
+            "holds no queues; list at least one (to remove queues, use "
+            "`kai-ray queue delete NAME` or `kai-ray queue apply --prune`)",
+            path=path,
+        )
+    return queues
 
 
 def _from_document(doc: Any, index: int) -> list[QueueInfo]:

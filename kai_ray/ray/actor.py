@@ -21,6 +21,9 @@ import ray
 from kai_ray.core import Pipeline, QueueInfo, SchedulerConfig
 from kai_ray.ray.backend import KVStore, RayPlacementBackend
 from kai_ray.ray.engine import SchedulerEngine, SubmitError, queue_from_json
+from kai_ray.ray.nodes import held_by_workloads, node_usage
+from kai_ray.ray.queueadmin import QueueChangeError
+from kai_ray.ray.views import worker_signature
 from kai_ray.ray.workload import TERMINAL, State, WorkloadSpec
 
 __all__ = ["NAMESPACE", "SCHEDULER_NAME", "SchedulerActor", "get_or_start_scheduler"]
@@ -33,7 +36,9 @@ PERIOD_S = 0.5
 NODE_REFRESH_S = 1.0
 NODE_STALE_S = 5.0
 REUSE_DELAY_S = 0.2
-REAP_S = 5.0  # how often drivers that exited are looked for
+REAP_S = 5.0  # how often drivers that exited, and groups nobody holds, are looked for
+PIN_S = 300.0  # how often uploaded job packages of waiting jobs are pinned again
+PIN_FOR_S = 1800  # ... and for how long each time (Ray drops unpinned ones after 10 min)
 # Without a queue file: one queue that may use the whole cluster.
 DEFAULT_QUEUE = QueueInfo("default", quota=(-1.0, -1.0, -1.0))
 
@@ -80,6 +85,7 @@ class SchedulerActor:
         self._metrics: Any = None
         self._probed: set[str] = set()
         self._reaped_at = 0.0
+        self._pinned_at = 0.0
         # The event loop is not running yet inside __init__: start the loop by a call.
         ray.get_runtime_context().current_actor.start.remote()
 
@@ -125,6 +131,10 @@ class SchedulerActor:
         if now - self._reaped_at > REAP_S:
             self._reaped_at = now
             self._reap()
+            self.engine.sweep_orphans()
+        if now - self._pinned_at > PIN_S:
+            self._pinned_at = now
+            self._pin_packages()
         if any(isinstance(d, Pipeline) for d in result.decisions):
             # Placed on capacity being released: try again once Ray has it back (Ray
             # re-uses capacity freed a moment ago only after a ~1 s retry back-off).
@@ -170,6 +180,22 @@ class SchedulerActor:
         if self.engine.reap_orphans(dead, time.time()):
             self.engine.flush()
             self._notify()
+
+    def _pin_packages(self) -> None:
+        """Keep the working_dir / py_modules a job uploaded at submission in Ray's GCS
+        until the job is admitted: Ray garbage-collects an unreferenced package after 10
+        minutes, and a job may wait in its queue far longer."""
+        from ray.experimental.internal_kv import _pin_runtime_env_uri
+
+        from kai_ray.ray.jobs import package_uris
+
+        for w in self.engine.workloads.values():
+            if w.spec.kind == "job" and not w.terminal:
+                for uri in package_uris(w.spec.runtime_env):
+                    try:
+                        _pin_runtime_env_uri(uri, expiration_s=PIN_FOR_S)
+                    except Exception as exc:
+                        log.warning("pinning %s for %s: %s", uri, w.id, exc)
 
     def _kick(self) -> None:
         if self._wake is not None:
@@ -254,6 +280,20 @@ class SchedulerActor:
     async def info(self, wid: str) -> dict[str, Any]:
         return self.engine.info(wid)
 
+    async def wait_workers(self, wid: str, seen: list[Any], timeout: float | None = None) -> dict[str, Any]:
+        """Return once the workload's usable workers differ from `seen` (a
+        worker_signature), or at the timeout (0: at once)."""
+        deadline = None if timeout is None else time.time() + timeout
+        while worker_signature(info := self.engine.info(wid)) == seen:
+            left = None if deadline is None else deadline - time.time()
+            if left is not None and left <= 0:
+                break
+            ev = asyncio.Event()
+            self._waiters.setdefault(wid, []).append(ev)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(ev.wait(), timeout=left)
+        return info
+
     async def list_workloads(self, include_finished: bool = True) -> list[dict[str, Any]]:
         ws = self.engine.workloads.values()
         return [
@@ -293,11 +333,22 @@ class SchedulerActor:
 
     # ------------------------------------------------------------ queues and views
 
-    async def apply_queues(self, queues: list[dict[str, Any]]) -> list[str]:
-        infos = [queue_from_json(q) for q in queues]
-        self.engine.set_queues(infos)
+    async def apply_queues(self, queues: list[dict[str, Any]], prune: bool = False) -> dict[str, Any]:
+        """Add or update queues (kubectl-apply style); {"error"} when refused as a whole."""
+        try:
+            change = self.engine.apply_queues([queue_from_json(q) for q in queues], prune=prune)
+        except QueueChangeError as exc:
+            return {"error": str(exc)}
         self._kick()
-        return [q.name for q in infos]
+        return {**change.as_dict(), "summary": change.summary()}
+
+    async def delete_queues(self, names: list[str]) -> dict[str, Any]:
+        try:
+            change = self.engine.delete_queues(names)
+        except QueueChangeError as exc:
+            return {"error": str(exc)}
+        self._kick()
+        return {**change.as_dict(), "summary": change.summary()}
 
     async def queues(self) -> list[dict[str, Any]]:
         return [self._queue_row(q) for q in self.engine.queues]
@@ -322,23 +373,12 @@ class SchedulerActor:
         return info
 
     async def status(self) -> dict[str, Any]:
-        nodes = [
-            {
-                "id": n.name,
-                "gpus": n.gpus,
-                "cpu": n.cpu,
-                "memory": n.memory,
-                "gpu_model": n.gpu_model,
-                "gpu_memory": n.gpu_memory,
-                "labels": {k: v for k, v in n.labels.items() if k != "ray.io/node-id"},
-            }
-            for n in self.engine.nodes.values()
-        ]
+        held = held_by_workloads(self.engine.workloads.values(), self.engine.nodes)
         counts: dict[str, int] = {}
         for w in self.engine.workloads.values():
             counts[w.state.value] = counts.get(w.state.value, 0) + 1
         return {
-            "nodes": nodes,
+            "nodes": [node_usage(n, held.get(n.name, {})) for n in self.engine.nodes.values()],
             "workloads": counts,
             "queues": await self.queues(),
             "uptime_s": time.time() - self._started_at,

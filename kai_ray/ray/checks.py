@@ -5,13 +5,14 @@ Checked before anything is queued, so a bad request never disturbs admitted work
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from kai_ray.core import NodeInfo, QueueInfo
 from kai_ray.ray.translate import largest_fit, parse_resources, request_for
 from kai_ray.ray.workload import WorkloadSpec
 
-__all__ = ["STRATEGIES", "SubmitError", "validate_spec"]
+__all__ = ["STRATEGIES", "SubmitError", "same_spec", "validate_spec"]
 
 STRATEGIES = frozenset({"PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"})
 
@@ -50,3 +51,13 @@ def validate_spec(spec: WorkloadSpec, queues: Sequence[QueueInfo], nodes: Sequen
     why = largest_fit(request_for(spec.resources_per_worker), nodes)
     if why:
         raise SubmitError(why)
+
+
+def same_spec(first: WorkloadSpec, again: WorkloadSpec) -> bool:
+    """Whether a submission under an id already taken asks for the same workload (a
+    retried call) rather than another one. Quantities are compared as numbers."""
+    try:
+        resources = parse_resources(again.resources_per_worker)
+    except ValueError:
+        return False
+    return first == dataclasses.replace(again, resources_per_worker=resources)

@@ -4,6 +4,7 @@ user API in kai_ray.api, the CLI, the benchmark): workload ids, specs, queue arg
 from __future__ import annotations
 
 import dataclasses
+import re
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -13,11 +14,21 @@ import ray
 
 from kai_ray.core import QueueInfo
 from kai_ray.ray.engine import OWNER_JOB_KEY, SubmitError
+from kai_ray.ray.queueadmin import QueueChangeError
 from kai_ray.ray.workload import WorkloadSpec
 
-__all__ = ["QueuesArg", "Scheduler", "load_queue_arg", "make_spec", "new_workload_id"]
+__all__ = [
+    "QueuesArg",
+    "Scheduler",
+    "check_workload_id",
+    "load_queue_arg",
+    "make_spec",
+    "new_workload_id",
+    "worker_resources",
+]
 
 _List = list  # `Scheduler.list` shadows the builtin inside the class
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}")
 
 QueuesArg = str | Path | Sequence[QueueInfo] | Sequence[dict[str, Any]] | None
 
@@ -31,6 +42,11 @@ def load_queue_arg(queues: QueuesArg) -> list[QueueInfo] | None:
     if isinstance(queues, str | Path):
         return load_queues(queues)
     items = list(queues)
+    if not items:
+        raise QueueChangeError(
+            "queues=[] names no queue; pass the queues to add or update (or leave queues out "
+            "to keep the scheduler's)"
+        )
     if all(isinstance(q, QueueInfo) for q in items):
         return items  # type: ignore[return-value]
     return parse_queues([items])
@@ -52,8 +68,9 @@ class Scheduler:
             raise
 
     def submit(self, spec: WorkloadSpec, wid: str | None = None) -> str:
-        wid = wid or new_workload_id(spec.name)
-        _stamp_owner(spec)
+        """Queue a workload; its id (`wid`, or a new one). Raises SubmitError."""
+        wid = check_workload_id(wid) if wid else new_workload_id(spec.name)
+        _stamp_owner(_upload_job_files(spec))
         info = self._call("submit", wid, dataclasses.asdict(spec))
         if "submit_error" in info:
             raise SubmitError(info["submit_error"])
@@ -62,7 +79,9 @@ class Scheduler:
     def submit_many(self, specs: Sequence[WorkloadSpec]) -> list[str]:
         """Submit together, in one call: one cycle sees them all. Raises on the first
         refused spec (the others are queued)."""
-        items = [(new_workload_id(s.name), dataclasses.asdict(_stamp_owner(s))) for s in specs]
+        items = [
+            (new_workload_id(s.name), dataclasses.asdict(_stamp_owner(_upload_job_files(s)))) for s in specs
+        ]
         answers = self._call("submit_many", items)
         for a in answers:
             if "submit_error" in a:
@@ -93,9 +112,43 @@ class Scheduler:
     def status(self) -> dict[str, Any]:
         return self._call("status")  # type: ignore[no-any-return]
 
-    def apply_queues(self, queues: QueuesArg) -> _List[str]:
+    def apply_queues(self, queues: QueuesArg, prune: bool = False) -> dict[str, Any]:
+        """Add or update queues, keeping the others (`prune`: remove those not given).
+        Returns what changed ({"added", "updated", "unchanged", "removed", "kept",
+        "summary"}); raises QueueChangeError, changing nothing, when refused."""
         infos = load_queue_arg(queues) or []
-        return self._call("apply_queues", [dataclasses.asdict(q) for q in infos])  # type: ignore[no-any-return]
+        return _changed(self._call("apply_queues", [dataclasses.asdict(q) for q in infos], prune))
+
+    def delete_queues(self, names: Sequence[str]) -> dict[str, Any]:
+        """Remove queues that hold no workloads; raises QueueChangeError otherwise."""
+        return _changed(self._call("delete_queues", list(names)))
+
+
+def _changed(answer: dict[str, Any]) -> dict[str, Any]:
+    if "error" in answer:
+        raise QueueChangeError(answer["error"])
+    return answer
+
+
+def _upload_job_files(spec: WorkloadSpec) -> WorkloadSpec:
+    """A job's working_dir and py_modules go to Ray's GCS now, from the submitter's files."""
+    if spec.kind == "job" and spec.runtime_env:
+        from kai_ray.ray.jobs import upload_runtime_env
+
+        try:
+            spec.runtime_env = upload_runtime_env(spec.runtime_env)
+        except ValueError as exc:
+            raise SubmitError(str(exc)) from None
+    return spec
+
+
+def check_workload_id(wid: str) -> str:
+    """A caller-chosen id (`--submission-id`): it names placement groups and Ray jobs."""
+    if not _ID.fullmatch(wid):
+        raise SubmitError(
+            f"workload id {wid!r}: use 1 to 63 letters, digits, '-' or '_', starting with a letter or digit"
+        )
+    return wid
 
 
 def _stamp_owner(spec: WorkloadSpec) -> WorkloadSpec:
@@ -118,6 +171,10 @@ def make_spec(
     preemptible: bool | None = None,
     workers: int = 1,
     resources_per_worker: Mapping[str, Any] | None = None,
+    num_cpus: float | None = None,
+    num_gpus: float | None = None,
+    memory: float | str | None = None,
+    resources: Mapping[str, Any] | None = None,
     min_workers: int = 0,
     strategy: str = "PACK",
     name: str = "",
@@ -127,8 +184,18 @@ def make_spec(
     kind: Literal["function", "block", "job"] = "function",
     **extra: Any,
 ) -> WorkloadSpec:
+    """A workload spec from what a user writes. A worker's resources come in Ray's names
+    (`num_cpus`, `num_gpus`, `memory`, `resources`, as in `@ray.remote`) or as one
+    `resources_per_worker` dict; without either, a worker takes one CPU."""
     from kai_ray.config import PriorityClasses
 
+    unknown = sorted(set(extra) - _SPEC_FIELDS)
+    if unknown:
+        raise TypeError(
+            f"kai_ray.workload(): unknown option {unknown[0]!r}; the options are "
+            f"{', '.join(sorted(_OPTIONS))}"
+        )
+    per_worker = worker_resources(resources_per_worker, num_cpus, num_gpus, memory, resources)
     resolved = PriorityClasses().resolve(priority, preemptible)
     return WorkloadSpec(
         queue=queue,
@@ -137,7 +204,7 @@ def make_spec(
         priority_class=str(priority),
         workers=workers,
         min_workers=min_workers,
-        resources_per_worker=dict(resources_per_worker or {"CPU": 1}),
+        resources_per_worker=per_worker,
         strategy=strategy.upper(),
         kind=kind,
         name=name,
@@ -146,3 +213,30 @@ def make_spec(
         admission_timeout=admission_timeout,
         **extra,
     )
+
+
+def worker_resources(
+    resources_per_worker: Mapping[str, Any] | None,
+    num_cpus: float | None = None,
+    num_gpus: float | None = None,
+    memory: float | str | None = None,
+    resources: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One worker's resources in Ray's names; a resource given twice is a TypeError."""
+    ray_style = {k: v for k, v in (("CPU", num_cpus), ("GPU", num_gpus), ("memory", memory)) if v is not None}
+    for key, value in (resources or {}).items():
+        if key in ("CPU", "GPU"):
+            raise TypeError(f"resources={{{key!r}: ...}}: use num_{key.lower()}s= for {key}, as in Ray")
+        ray_style[key] = value
+    if resources_per_worker is None:
+        return {"CPU": 1, **ray_style} if "CPU" not in ray_style else ray_style
+    twice = sorted(set(ray_style) & set(resources_per_worker))
+    if twice:
+        raise TypeError(
+            f"{twice[0]} is given twice (in resources_per_worker and as a Ray-style option); give it once"
+        )
+    return {**resources_per_worker, **ray_style}
+
+
+_SPEC_FIELDS = {f.name for f in dataclasses.fields(WorkloadSpec)}
+_OPTIONS = (_SPEC_FIELDS - {"priority_class", "kind"}) | {"num_cpus", "num_gpus", "memory", "resources"}

@@ -5,6 +5,10 @@ One `step(now)` = progress (groups that became ready or timed out, grace periods
 ran out, lost nodes, finished jobs), then one core cycle on a snapshot of the cluster and
 the workload table, then the decisions applied. Changes are written to the store before
 the Ray side effect they lead to (write-ahead), so a restart never admits twice.
+
+Carrying out one workload's decision is isolated from every other: an error there fails
+that workload (when trying again cannot help) or re-queues it with a back-off, with the
+error in its reason, and the cycle goes on for the rest.
 """
 
 from __future__ import annotations
@@ -12,7 +16,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from kai_ray.core import (
@@ -29,18 +34,13 @@ from kai_ray.core import (
     run_cycle,
 )
 from kai_ray.core.queues import build_queue_tree
-from kai_ray.ray.checks import SubmitError, validate_spec
-from kai_ray.ray.ports import GROUP_PREFIX, JobRunner, PlacementBackend, Store
-from kai_ray.ray.translate import (
-    NODE_ID_LABEL,
-    NODE_TOPOLOGY,
-    bundle_for,
-    job_info,
-    node_info,
-    request_for,
-)
+from kai_ray.ray.checks import SubmitError, same_spec, validate_spec
+from kai_ray.ray.nodes import cluster_nodes
+from kai_ray.ray.ports import GROUP_PREFIX, ActionFailed, JobRunner, PlacementBackend, Store
+from kai_ray.ray.queueadmin import QueueChange, plan_apply, plan_delete
+from kai_ray.ray.translate import NODE_ID_LABEL, NODE_TOPOLOGY, bundle_for, job_info, request_for
 from kai_ray.ray.views import workload_view
-from kai_ray.ray.workload import TERMINAL, Slot, State, Workload, WorkloadSpec
+from kai_ray.ray.workload import HOLDING, TERMINAL, Slot, State, Workload, WorkloadSpec
 
 __all__ = ["OWNER_JOB_KEY", "SchedulerEngine", "SubmitError", "queue_from_json"]
 
@@ -48,6 +48,9 @@ log = logging.getLogger(__name__)
 CycleFn = Callable[[ClusterSnapshot, SchedulerConfig, float], CycleResult]
 KEEP_FINISHED = 2000  # finished workloads kept for status queries
 OWNER_JOB_KEY = "kai-ray/owner-job"  # spec.metadata: the Ray job id of the submitting driver
+# An error the backend did not classify (a bug, an unexpected Ray failure) is retried
+# with back-off like a transient one, but only this many times in a row.
+MAX_UNEXPECTED_FAILURES = 5
 
 
 class SchedulerEngine:
@@ -90,9 +93,8 @@ class SchedulerEngine:
 
     def reconcile(self, now: float) -> None:
         live = self.backend.live_groups()
-        owned: set[str] = set()
         for w in self.workloads.values():
-            if w.state not in (State.ADMITTING, State.RUNNING, State.PREEMPTING):
+            if w.state not in HOLDING:
                 continue
             missing = set() if w.handed_off else w.groups() - live.keys()
             if missing:
@@ -103,53 +105,23 @@ class SchedulerEngine:
                     now,
                     f"placement group {sorted(missing)[0]} was lost while the scheduler restarted; re-queued",
                 )
-            else:
-                owned |= w.groups()
-        for name in live.keys() - owned:  # created but never recorded, or left over
+        self.sweep_orphans(live)
+
+    def sweep_orphans(self, live: dict[str, list[str]] | None = None) -> list[str]:
+        """Remove groups of ours that no workload holds: created but never recorded, left
+        over by a restart, or whose removal failed earlier."""
+        live = self.backend.live_groups() if live is None else live
+        owned = {g for w in self.workloads.values() if w.state in HOLDING for g in w.groups()}
+        orphans = sorted(live.keys() - owned)
+        for name in orphans:
             log.info("removing orphan placement group %s", name)
             self.backend.remove(name)
+        return orphans
 
     def refresh_nodes(self) -> None:
-        raw = self.backend.nodes()
-        # Bundles of our own workloads are sized on the nodes as Ray reports them. Work
-        # outside kai-ray is passed on as such: it comes and goes, so it makes a job wait
-        # (and says so), while a submission is refused only when no node is big enough.
-        self.nodes = {n["NodeID"]: node_info(n, self.gpu_devices.get(n["NodeID"])) for n in raw}
-        foreign = self._foreign_usage(raw, self.backend.available())
-        self.nodes = {
-            n["NodeID"]: node_info(n, self.gpu_devices.get(n["NodeID"]), foreign.get(n["NodeID"]))
-            for n in raw
-        }
-
-    def _foreign_usage(
-        self, raw: list[dict[str, Any]], available: dict[str, dict[str, float]]
-    ) -> dict[str, dict[str, float]]:
-        """Per node, what Ray has handed out minus what kai-ray's own workloads hold there:
-        other schedulers' and users' work, which the core must not offer again. Our
-        groups count as ours from the moment they are recorded, ready or not, so that the
-        estimate errs towards less capacity, never towards double booking."""
-        ours: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-        for w in self.workloads.values():
-            if w.state in (State.ADMITTING, State.RUNNING, State.PREEMPTING) and w.slots:
-                request = request_for(w.spec.resources_per_worker)
-                for s in w.slots.values():
-                    node = self.nodes.get(s.node)
-                    bundle = bundle_for(request, node) if node else {}
-                    for name, amount in bundle.items():
-                        ours[s.node][name] += amount
-        out: dict[str, dict[str, float]] = {}
-        for n in raw:
-            nid, total = n["NodeID"], n.get("Resources", {})
-            free = available.get(nid)
-            if free is None:
-                continue
-            used = {
-                k: total[k] - free.get(k, 0.0) - ours[nid].get(k, 0.0)
-                for k in ("CPU", "GPU", "memory")
-                if k in total
-            }
-            out[nid] = {k: v for k, v in used.items() if v > 1e-6}
-        return out
+        self.nodes = cluster_nodes(
+            self.backend.nodes(), self.backend.available(), self.gpu_devices, self.workloads.values()
+        )
 
     def flush(self) -> None:
         for wid in sorted(self._dirty):
@@ -163,9 +135,16 @@ class SchedulerEngine:
     # ------------------------------------------------------------ requests
 
     def submit(self, wid: str, spec: WorkloadSpec, now: float) -> Workload:
-        """Queue a workload. Idempotent by id: a retried call returns the first one."""
+        """Queue a workload. Idempotent by id: a retried call returns the first one; the
+        same id with another spec is refused."""
         if wid in self.workloads:
-            return self.workloads[wid]
+            first = self.workloads[wid]
+            if not same_spec(first.spec, spec):
+                raise SubmitError(
+                    f"workload id {wid!r} is taken by another workload ({first.state.value}); "
+                    "choose another id (--submission-id), or leave it out for a new one"
+                )
+            return first
         self.validate(spec)
         w = Workload(id=wid, spec=spec, created_at=now, since=now, queued_at=now)
         w.history.append((now, "", State.QUEUED.value, "submitted"))
@@ -207,11 +186,29 @@ class SchedulerEngine:
         self._touch(w, changed=False)
         return True
 
-    def set_queues(self, queues: list[QueueInfo]) -> None:
-        """Replace the queue tree (validated first: a bad tree changes nothing)."""
-        build_queue_tree(queues)
+    def apply_queues(self, queues: Sequence[QueueInfo], prune: bool = False) -> QueueChange:
+        """Add or update the named queues, keeping the others (removing them too with
+        `prune`). Checked as a whole first: a refused change changes nothing."""
+        change = plan_apply(self.queues, queues, self._queue_holders(), prune=prune)
+        self._set_queue_tree(change.queues)
+        return change
+
+    def delete_queues(self, names: Sequence[str]) -> QueueChange:
+        """Remove queues that hold no workloads (refused, naming them, otherwise)."""
+        change = plan_delete(self.queues, names, self._queue_holders())
+        self._set_queue_tree(change.queues)
+        return change
+
+    def _set_queue_tree(self, queues: Sequence[QueueInfo]) -> None:
         self.queues = list(queues)
         self.store.save_queues([dataclasses.asdict(q) for q in queues])
+
+    def _queue_holders(self) -> dict[str, list[str]]:
+        holders: dict[str, list[str]] = defaultdict(list)
+        for w in self.workloads.values():
+            if not w.terminal:
+                holders[w.spec.queue].append(w.id)
+        return holders
 
     # ------------------------------------------------------------ the loop
 
@@ -225,12 +222,17 @@ class SchedulerEngine:
 
     def progress(self, now: float) -> None:
         for w in list(self.workloads.values()):
-            if w.state is State.ADMITTING:
-                self._progress_admitting(w, now)
-            elif w.state is State.RUNNING:
-                self._progress_running(w, now)
-            elif w.state is State.PREEMPTING and w.deadline is not None and w.deadline <= now:
-                self._end_preemption(w, now)
+            if w.state in HOLDING:
+                with self._isolated(w, now, "admitting it"):
+                    self._progress_one(w, now)
+
+    def _progress_one(self, w: Workload, now: float) -> None:
+        if w.state is State.ADMITTING:
+            self._progress_admitting(w, now)
+        elif w.state is State.RUNNING:
+            self._progress_running(w, now)
+        elif w.state is State.PREEMPTING and w.deadline is not None and w.deadline <= now:
+            self._end_preemption(w, now)
 
     def reap_orphans(self, dead_jobs: set[str], now: float) -> list[str]:
         """Cancel function and block workloads whose submitting driver has exited: nobody
@@ -266,17 +268,20 @@ class SchedulerEngine:
     def group_ready(self, group: str, now: float) -> None:
         """A group became ready: progress only its workload (cheap, for low latency)."""
         w = self.workloads.get(group.removeprefix(GROUP_PREFIX).split("/")[0])
-        if w is not None and group in w.groups():
-            if w.state is State.ADMITTING:
-                self._progress_admitting(w, now)
-            elif w.state is State.RUNNING:
-                self._progress_running(w, now)
+        if w is not None and group in w.groups() and w.state in (State.ADMITTING, State.RUNNING):
+            with self._isolated(w, now, "admitting it"):
+                self._progress_one(w, now)
 
     def cycle(self, now: float) -> CycleResult:
         # A workload backing off after failed admissions sits this cycle out, keeping its
         # reason (which says when it is tried again).
         live = [w for w in self.workloads.values() if not w.terminal]
-        tried = [job_info(w) for w in live if not w.waiting_to_retry(now)]
+        tried = []
+        for w in live:
+            if not w.waiting_to_retry(now):
+                with self._isolated(w, now, "describing it to the scheduler"):
+                    tried.append(job_info(w))
+        live = [w for w in live if not w.terminal]
         snapshot = ClusterSnapshot(nodes=list(self.nodes.values()), queues=self.queues, jobs=tried)
         result = self._cycle(snapshot, self.config, now)
         self._apply(result, now)
@@ -299,14 +304,15 @@ class SchedulerEngine:
                 pipelined[d.job].append(d)
         for job, evs in evicts.items():
             if job in self.workloads:
-                self._evict(self.workloads[job], evs, now)
+                with self._isolated(self.workloads[job], now, "preempting it"):
+                    self._evict(self.workloads[job], evs, now)
         for job, bs in binds.items():
             if job in self.workloads:
-                self._bind(self.workloads[job], bs, now)
+                with self._isolated(self.workloads[job], now, "reserving its placement group"):
+                    self._bind(self.workloads[job], bs, now)
         reasons = {**result.pending_reasons, **result.invalid}
         for job, ps in pipelined.items():
-            nodes = ", ".join(sorted({p.node[:12] for p in ps}))
-            reasons[job] = f"placed on node(s) {nodes}; waiting for preempted work to release it"
+            reasons[job] = f"placed on {_nodes(p.node for p in ps)}; waiting for preempted work to release it"
         for wid, why in reasons.items():
             w = self.workloads.get(wid)
             if w is not None and w.state is State.QUEUED:
@@ -375,18 +381,64 @@ class SchedulerEngine:
             self._move(w, State.QUEUED, now, f"{why}; re-queued")
 
     def _stop(self, w: Workload) -> None:
-        """Release everything the workload holds: its process tree, its job, its groups."""
+        """Release everything the workload holds: its process tree, its job, its groups.
+        Best effort, step by step: one failed release must not keep the others (or the
+        state change that follows) from happening; a group left behind is removed by
+        the orphan sweep."""
         if w.runner:
-            self.backend.kill_process(w.runner["node"], int(w.runner["pid"]))
+            self._quietly(w, self.backend.kill_process, w.runner["node"], int(w.runner["pid"]))
         if w.spec.kind == "job" and w.submission_id and self.jobs is not None:
-            self.jobs.stop(w.submission_id)
+            self._quietly(w, self.jobs.stop, w.submission_id)
         for group in sorted(w.groups()):
             if w.spec.kind == "block":  # no driver process of ours to kill: find its actors
-                self.backend.kill_actors_in(group)
-            self.backend.remove(group)
-        self.store.set_notice(w.id, None)
+                self._quietly(w, self.backend.kill_actors_in, group)
+            self._quietly(w, self.backend.remove, group)
+        self._quietly(w, self.store.set_notice, w.id, None)
         w.slots, w.runner, w.deadline, w.group_ids = {}, None, None, {}
         w.handed_off = False
+
+    @staticmethod
+    def _quietly(w: Workload, call: Callable[..., Any], *args: Any) -> None:
+        try:
+            call(*args)
+        except Exception as exc:
+            log.warning("workload %s: %s%s failed: %s", w.id, call.__name__, args, exc)
+
+    # ------------------------------------------------------------ failures
+
+    @contextmanager
+    def _isolated(self, w: Workload, now: float, doing: str) -> Iterator[None]:
+        """Carry out a decision for one workload; an error fails or re-queues that one."""
+        try:
+            yield
+        except Exception as exc:
+            self._action_failed(w, now, doing, exc)
+
+    def _action_failed(self, w: Workload, now: float, doing: str, exc: Exception) -> None:
+        if isinstance(exc, ActionFailed):
+            log.warning("workload %s: %s failed: %s", w.id, doing, exc)
+            text, permanent = str(exc), exc.permanent
+        else:  # not classified by the backend: keep the traceback, retry a few times
+            log.exception("workload %s: %s failed", w.id, doing)
+            text = f"{type(exc).__name__}: {exc}"
+            permanent = w.failed_admissions + 1 >= MAX_UNEXPECTED_FAILURES
+        self._stop(w)
+        if w.terminal:
+            return
+        if permanent:
+            w.error = text
+            self._move(w, State.FAILED, now, f"failed while {doing}: {text}")
+            return
+        wait = w.admission_failed(now)
+        why = (
+            f"{doing} failed: {text}; re-queued, next try in {wait:g}s "
+            f"({w.failed_admissions} failed in a row)"
+        )
+        if w.state is State.QUEUED:
+            w.reason = why
+            self._touch(w)
+        else:
+            self._move(w, State.QUEUED, now, why)
 
     # ------------------------------------------------------------ progress
 
@@ -394,7 +446,7 @@ class SchedulerEngine:
         lost = {s.node for s in w.slots.values()} - self.nodes.keys()
         if lost:
             self._stop(w)
-            self._move(w, State.QUEUED, now, f"node {sorted(lost)[0][:12]} left; re-queued")
+            self._move(w, State.QUEUED, now, f"{_nodes(lost)} left the cluster; re-queued")
         elif all(self.backend.is_ready(g) for g in w.groups()):
             for s in w.slots.values():
                 s.ready = True
@@ -406,7 +458,7 @@ class SchedulerEngine:
             self._move(w, State.RUNNING, now, "admitted: its placement group is ready")
             self.events.append(("admitted", w.spec.queue, now - w.queued_at))
         elif now - w.since > w.spec.admission_timeout:
-            nodes = ", ".join(sorted({s.node[:12] for s in w.slots.values()}))
+            nodes = _nodes(s.node for s in w.slots.values())
             self._stop(w)
             wait = w.admission_failed(now)
             self._move(
@@ -414,9 +466,9 @@ class SchedulerEngine:
                 State.QUEUED,
                 now,
                 f"placement group not ready after "
-                f"{w.spec.admission_timeout:g}s on node(s) {nodes} (Ray could not reserve "
+                f"{w.spec.admission_timeout:g}s on {nodes} (Ray could not reserve "
                 f"the resources there: used by work outside kai-ray?); re-queued, next try "
-                f"in {wait:g}s (attempt {w.failed_admissions} failed in a row)",
+                f"in {wait:g}s ({w.failed_admissions} failed in a row)",
             )
 
     def _hand_off(self, w: Workload) -> None:
@@ -430,7 +482,7 @@ class SchedulerEngine:
         lost = {s.node for s in w.slots.values() if not s.surplus} - self.nodes.keys()
         if lost:
             self._stop(w)
-            self._move(w, State.QUEUED, now, f"node {sorted(lost)[0][:12]} left; re-queued")
+            self._move(w, State.QUEUED, now, f"{_nodes(lost)} left the cluster; re-queued")
             return
         for task, s in list(w.slots.items()):
             gone = s.node not in self.nodes
@@ -445,7 +497,19 @@ class SchedulerEngine:
         if w.spec.kind == "job" and w.submission_id and self.jobs is not None:
             status = self.jobs.status(w.submission_id)
             if status in ("SUCCEEDED", "FAILED", "STOPPED"):
-                self.finish(w.id, w.attempt, status == "SUCCEEDED", f"Ray job {status}", now)
+                self.finish(w.id, w.attempt, status == "SUCCEEDED", self._job_outcome(w, status), now)
+
+    def _job_outcome(self, w: Workload, status: str) -> str:
+        """How the Ray job ended, pointing a failure at its logs."""
+        if status == "SUCCEEDED" or self.jobs is None:
+            return f"Ray job {w.submission_id} {status}"
+        detail = self.jobs.outcome(w.submission_id) or (
+            "stopped outside kai-ray" if status == "STOPPED" else ""
+        )
+        return (
+            f"Ray job {w.submission_id} {status}{f' ({detail})' if detail else ''}; "
+            f"its output: `kai-ray job logs {w.id}`"
+        )
 
     # ------------------------------------------------------------ views
 
@@ -489,6 +553,12 @@ class SchedulerEngine:
             for w in done[: len(done) - KEEP_FINISHED]:
                 del self.workloads[w.id]
                 self._dirty.add(w.id)
+
+
+def _nodes(ids: Iterable[str]) -> str:
+    """Node ids for a reason: "node 3a3afee48400", "nodes 3a3afee48400, 9c1d..."."""
+    short = sorted({i[:12] for i in ids})
+    return f"node{'s' if len(short) != 1 else ''} {', '.join(short)}"
 
 
 def queue_from_json(data: dict[str, Any]) -> QueueInfo:

@@ -10,13 +10,25 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import re
 from typing import Any
 
 import ray
 
+from kai_ray.ray.ports import ActionFailed
 from kai_ray.ray.workload import Workload
 
-__all__ = ["ENV_ATTEMPT", "ENV_GROUP", "ENV_PLACEMENT", "ENV_WORKLOAD", "RayJobRunner"]
+__all__ = [
+    "ENV_ATTEMPT",
+    "ENV_GROUP",
+    "ENV_PLACEMENT",
+    "ENV_WORKLOAD",
+    "RayJobRunner",
+    "job_error",
+    "package_uris",
+    "upload_runtime_env",
+]
 
 log = logging.getLogger(__name__)
 ENV_WORKLOAD = "KAI_RAY_WORKLOAD"
@@ -37,7 +49,10 @@ class RayJobRunner:
             from ray.job_submission import JobSubmissionClient
 
             # A bootstrap (GCS) address lets the SDK find the dashboard and the auth token.
-            self._client = JobSubmissionClient(self._address or ray.get_runtime_context().gcs_address)
+            try:
+                self._client = JobSubmissionClient(self._address or ray.get_runtime_context().gcs_address)
+            except Exception as exc:  # the dashboard is not up yet: try again later
+                raise ActionFailed(f"Ray's job server is not reachable yet ({exc})", permanent=False) from exc
         return self._client
 
     def submit(self, w: Workload) -> str:
@@ -69,10 +84,12 @@ class RayJobRunner:
                     entrypoint_num_cpus=0,  # the driver holds nothing; its work uses the group
                 )
             )
+        except ActionFailed:
+            raise
         except Exception as exc:
             if "already exists" in str(exc):
-                return submission_id
-            raise
+                return submission_id  # submitted before a restart: the same attempt
+            raise job_error(exc) from exc
 
     def status(self, submission_id: str) -> str:
         try:
@@ -81,8 +98,84 @@ class RayJobRunner:
             log.warning("status of Ray job %s: %s", submission_id, exc)
             return "UNKNOWN"
 
+    def outcome(self, submission_id: str) -> str:
+        """A short account of how the Ray job ended (exit code, or Ray's own message)."""
+        try:
+            message = str(self._jobs().get_job_info(submission_id).message or "")
+        except Exception as exc:
+            log.warning("info of Ray job %s: %s", submission_id, exc)
+            return ""
+        code = re.search(r"exit code (-?\d+)", message)
+        return f"exit code {code.group(1)}" if code else _first_line(message, 160)
+
     def stop(self, submission_id: str) -> None:
         try:
             self._jobs().stop_job(submission_id)
         except Exception as exc:
             log.warning("stopping Ray job %s: %s", submission_id, exc)
+
+
+def job_error(exc: Exception) -> ActionFailed:
+    """Ray's answer to a job submission as transient (try again) or permanent (fail the
+    workload, saying what to fix). The job server answers 400 to a request it finds
+    invalid and 500 when no job agent is up yet; the SDK raises ValueError or TypeError
+    for a runtime environment it cannot use before it sends anything."""
+    text = _first_line(str(exc))
+    if isinstance(exc, ValueError | TypeError):
+        return ActionFailed(f"Ray refused the job's runtime environment: {text}", permanent=True)
+    if "status code 4" in str(exc):
+        return ActionFailed(f"Ray refused the job as invalid: {text}", permanent=True)
+    return ActionFailed(f"Ray could not take the job now: {text}", permanent=False)
+
+
+def package_uris(runtime_env: dict[str, Any]) -> list[str]:
+    """The packages a runtime environment refers to in Ray's GCS (`gcs://...` URIs):
+    uploaded at submission, kept alive by the scheduler until the job is admitted."""
+    uris = [runtime_env.get("working_dir"), *(runtime_env.get("py_modules") or [])]
+    return [u for u in uris if isinstance(u, str) and u.startswith("gcs://")]
+
+
+def _first_line(text: str, limit: int = 300) -> str:
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def upload_runtime_env(runtime_env: dict[str, Any], address: str | None = None) -> dict[str, Any]:
+    """Check a job's runtime environment where it is submitted, and upload its local
+    working_dir and py_modules to Ray's GCS as `ray job submit` does: the job may start
+    much later, and the scheduler that starts it does not see the submitter's files.
+    Raises ValueError naming the field and the fix."""
+    from ray.runtime_env import RuntimeEnv
+
+    env = dict(runtime_env)
+    working_dir = env.get("working_dir")
+    if isinstance(working_dir, str) and "://" not in working_dir:
+        path = os.path.abspath(os.path.expanduser(working_dir))
+        if not os.path.isdir(path) and not (os.path.isfile(path) and path.endswith(".zip")):
+            raise ValueError(
+                f"runtime_env working_dir {working_dir!r}: no such directory here; give an existing "
+                "directory (or a .zip file), relative to where you submit"
+            )
+        env["working_dir"] = path
+    try:
+        RuntimeEnv(**env)  # Ray's own checks of every field (types, unknown keys)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"runtime_env: {_first_line(str(exc))}; fix the runtime environment") from None
+    if not _has_local_packages(env):
+        return env
+    from ray.job_submission import JobSubmissionClient
+
+    try:
+        client = JobSubmissionClient(address or ray.get_runtime_context().gcs_address)
+    except Exception as exc:
+        raise ValueError(
+            f"cannot upload the job's files: Ray's job server is not reachable ({exc})"
+        ) from None
+    client._upload_working_dir_if_needed(env)  # the SDK's own upload, as `ray job submit`
+    client._upload_py_modules_if_needed(env)
+    return env
+
+
+def _has_local_packages(env: dict[str, Any]) -> bool:
+    paths = [env.get("working_dir"), *(env.get("py_modules") or [])]
+    return any(isinstance(p, str) and "://" not in p for p in paths)

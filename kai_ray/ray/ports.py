@@ -13,7 +13,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from kai_ray.ray.workload import Workload
 
-__all__ = ["GROUP_PREFIX", "KV_NAMESPACE", "JobRunner", "PlacementBackend", "Store", "notice_key"]
+__all__ = [
+    "GROUP_PREFIX",
+    "KV_NAMESPACE",
+    "ActionFailed",
+    "JobRunner",
+    "PlacementBackend",
+    "Store",
+    "notice_key",
+]
 
 GROUP_PREFIX = "kai-ray/"  # every group the scheduler creates: kai-ray/<workload>/<attempt>[/<task>]
 KV_NAMESPACE = "kai-ray"
@@ -21,6 +29,20 @@ KV_NAMESPACE = "kai-ray"
 
 def notice_key(workload_id: str) -> str:
     return f"notice/{workload_id}"
+
+
+class ActionFailed(RuntimeError):
+    """Carrying out a decision for one workload failed in the backend.
+
+    `permanent`: trying again cannot help (a bad runtime environment, a request Ray
+    refuses as invalid): the workload fails at once and the message says what to fix.
+    Otherwise (Ray's job agent not up yet, the dashboard restarting) the workload is
+    re-queued and tried again after a back-off. Any other exception a port raises counts
+    as transient until it has repeated too often (see SchedulerEngine)."""
+
+    def __init__(self, message: str, *, permanent: bool) -> None:
+        super().__init__(message)
+        self.permanent = permanent
 
 
 class PlacementBackend(Protocol):
@@ -61,6 +83,13 @@ class Store(Protocol):
 
 
 class JobRunner(Protocol):
-    def submit(self, w: Workload) -> str: ...
-    def status(self, submission_id: str) -> str: ...
+    def submit(self, w: Workload) -> str:
+        """Start the workload's job; its id. Raises ActionFailed (permanent or not)."""
+
+    def status(self, submission_id: str) -> str:
+        """PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED, or UNKNOWN when not known now."""
+
+    def outcome(self, submission_id: str) -> str:
+        """How an ended job ended, in a few words (e.g. its exit code); "" if unknown."""
+
     def stop(self, submission_id: str) -> None: ...

@@ -7,7 +7,7 @@ from typing import Any
 
 from kai_ray.ray.workload import State, Workload
 
-__all__ = ["workload_view"]
+__all__ = ["worker_signature", "workload_view"]
 
 
 def workload_view(w: Workload, pos: tuple[int, int] | None) -> dict[str, Any]:
@@ -57,6 +57,14 @@ def _slot_views(w: Workload) -> list[dict[str, Any]]:
                 "bundle": bundle,
                 "surplus": s.surplus,
                 "ready": s.ready or (not s.surplus and w.state is State.RUNNING),
+                "releasing_at": s.releasing_at,
             }
         )
     return out
+
+
+def worker_signature(view: dict[str, Any]) -> list[Any]:
+    """What a body waiting for its workers to change compares (kai_ray.workers()): the
+    workload's state, and each ready worker with the time it is taken back, if it is."""
+    slots = [[s["task"], s["releasing_at"]] for s in view["slots"] if s["ready"] and s["group_id"]]
+    return [view["state"], slots]

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 __all__ = [
+    "HOLDING",
     "TERMINAL",
     "TRANSITIONS",
     "Slot",
@@ -34,6 +35,7 @@ class State(enum.Enum):
 
 
 TERMINAL = frozenset({State.SUCCEEDED, State.FAILED, State.CANCELLED})
+HOLDING = frozenset({State.ADMITTING, State.RUNNING, State.PREEMPTING})  # states that hold groups
 
 # from -> the states it may go to. Anything else raises TransitionError.
 ADMISSION_BACKOFF_MAX = 60.0  # seconds: the longest wait between admission retries

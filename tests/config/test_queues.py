@@ -244,3 +244,12 @@ def test_bad_yaml_names_the_line(tmp_path: Path) -> None:
     path.write_text("- name: a\n  resources: {gpu: [\n")
     with pytest.raises(ConfigError, match=r"line \d+, column \d+: not valid YAML"):
         load_queues(path)
+
+
+@pytest.mark.parametrize("text", ["", "# nothing yet\n", "[]\n", "---\n---\n"])
+def test_a_file_without_queues_is_refused(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "q.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=r"q\.yaml: holds no queues; list at least one") as caught:
+        load_queues(path)
+    assert "kai-ray queue delete NAME" in str(caught.value)

@@ -7,102 +7,10 @@ from typing import Any
 
 import pytest
 
-from kai_ray.core import QueueInfo
 from kai_ray.ray.engine import SchedulerEngine, SubmitError
-from kai_ray.ray.workload import State, TransitionError, Workload, WorkloadSpec
+from kai_ray.ray.workload import State, TransitionError, Workload
 
-
-def ray_node(name: str, gpus: int = 4, cpu: int = 8, **labels: str) -> dict[str, Any]:
-    return {
-        "NodeID": name,
-        "Alive": True,
-        "Labels": labels,
-        "Resources": {"CPU": cpu, "GPU": gpus, "memory": 64 * 2**30, f"node:{name}": 1},
-    }
-
-
-class FakeBackend:
-    def __init__(self, nodes: list[dict[str, Any]]) -> None:
-        self.node_list = nodes
-        self.groups: dict[str, dict[str, Any]] = {}
-        self.ready = True  # groups become ready at once unless a test says otherwise
-        self.killed: list[tuple[str, int]] = []
-        self.removed: list[str] = []
-        self.store: MemoryStore | None = None
-        self.created_while_stored: list[bool] = []
-
-    def nodes(self) -> list[dict[str, Any]]:
-        return self.node_list
-
-    def available(self) -> dict[str, dict[str, float]]:
-        return {}
-
-    def create(self, name: str, bundles: list[dict[str, float]], nodes: list[str]) -> str:
-        if self.store is not None:  # write-ahead: the record must exist already
-            wid = name.split("/")[1]
-            self.created_while_stored.append(wid in self.store.workloads)
-        self.groups[name] = {"bundles": bundles, "nodes": nodes}
-        return f"id-{name}"
-
-    def is_ready(self, name: str) -> bool:
-        return self.ready and name in self.groups
-
-    def remove(self, name: str) -> None:
-        self.groups.pop(name, None)
-        self.removed.append(name)
-
-    def live_groups(self) -> dict[str, list[str]]:
-        return {n: g["nodes"] for n, g in self.groups.items()}
-
-    def kill_process(self, node: str, pid: int) -> None:
-        self.killed.append((node, pid))
-
-    def kill_actors_in(self, group: str) -> None:
-        pass
-
-
-class MemoryStore:
-    def __init__(self) -> None:
-        self.workloads: dict[str, str] = {}
-        self.queues: list[dict[str, Any]] | None = None
-        self.notices: dict[str, dict[str, Any]] = {}
-
-    def load(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
-        return [json.loads(v) for v in self.workloads.values()], self.queues
-
-    def save(self, workload: dict[str, Any]) -> None:
-        self.workloads[workload["id"]] = json.dumps(workload)  # must be JSON
-
-    def delete(self, workload_id: str) -> None:
-        self.workloads.pop(workload_id, None)
-
-    def save_queues(self, queues: list[dict[str, Any]]) -> None:
-        self.queues = queues
-
-    def set_notice(self, workload_id: str, notice: Any) -> None:
-        if notice is None:
-            self.notices.pop(workload_id, None)
-        else:
-            self.notices[workload_id] = dict(notice)
-
-
-QUEUES = [
-    QueueInfo("a", quota=(-1, -1, -1)),
-    QueueInfo("parent"),
-    QueueInfo("child", parent="parent", quota=(-1, -1, -1)),
-]
-
-
-def make(nodes: int = 2) -> tuple[SchedulerEngine, FakeBackend, MemoryStore]:
-    backend = FakeBackend([ray_node(f"n{i}") for i in range(nodes)])
-    store = MemoryStore()
-    backend.store = store
-    return SchedulerEngine(backend, store, QUEUES), backend, store
-
-
-def spec(**kw: Any) -> WorkloadSpec:
-    kw.setdefault("resources_per_worker", {"GPU": 4, "CPU": 1})
-    return WorkloadSpec(queue=kw.pop("queue", "a"), **kw)
+from .fakes import QUEUES, make, ray_node, spec
 
 
 def test_transition_table_refuses_impossible_moves() -> None:
