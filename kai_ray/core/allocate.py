@@ -8,6 +8,7 @@ from kai_ray.core.capacity import capacity_problem, capped
 from kai_ray.core.cluster import Job, Task
 from kai_ray.core.context import CycleContext
 from kai_ray.core.reasons import explain_unplaced
+from kai_ray.core.words import agree, count
 
 __all__ = ["allocate", "allocate_step"]
 
@@ -36,8 +37,9 @@ def allocate_step(
     pending = job.pending()
     missing = job.gang - job.active()
     if missing > len(pending):
+        left = job.active() + len(pending)
         ctx.reasons[job.name] = (
-            f"gang needs {job.gang} tasks but only {job.active() + len(pending)} exist "
+            f"gang needs {count(job.gang, 'task')} but only {left} {agree(left, 'exists', 'exist')} "
             "(some failed or finished); it cannot start whole"
         )
         return False
@@ -82,7 +84,9 @@ def _place_surplus(ctx: CycleContext, job: Job, surplus: list[Task], action: str
     for task in surplus:
         problem = capacity_problem(ctx.state, ctx.shares, job, ctx.amount([task]))
         if problem:
-            ctx.reasons[job.name] = f"elastic job at {job.active()} of {len(job.tasks)} tasks; {problem}"
+            ctx.reasons[job.name] = (
+                f"elastic job at {job.active()} of {count(len(job.tasks), 'task')}; {problem}"
+            )
             break
         mask = ctx.placer.job_mask(job)
         if not ctx.placer.place_all(ctx.stmt, [task], mask, action):

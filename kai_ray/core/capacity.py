@@ -8,6 +8,7 @@ from kai_ray.core.cluster import EPS, ClusterState, FloatArray, Job
 from kai_ray.core.fairshare import FairShares
 from kai_ray.core.model import RESOURCES
 from kai_ray.core.quantity import format_bytes
+from kai_ray.core.words import count
 
 __all__ = ["capacity_problem", "capped", "describe_amount", "format_resource"]
 
@@ -15,8 +16,7 @@ __all__ = ["capacity_problem", "capped", "describe_amount", "format_resource"]
 def format_resource(r: int, value: float) -> str:
     if RESOURCES[r] == "memory":
         return f"{format_bytes(value)} memory"
-    unit = "GPU" if RESOURCES[r] == "gpu" else "CPU"
-    return f"{value:.4g} {unit}"
+    return count(float(f"{value:.4g}"), "GPU" if RESOURCES[r] == "gpu" else "CPU")
 
 
 def describe_amount(amount: FloatArray) -> str:

@@ -10,13 +10,14 @@ from __future__ import annotations
 import numpy as np
 
 from kai_ray.core.allocate import ShapeKey
-from kai_ray.core.capacity import capacity_problem, describe_amount
+from kai_ray.core.capacity import capacity_problem, describe_amount, format_resource
 from kai_ray.core.cluster import EPS, Job, Task
 from kai_ray.core.context import CycleContext
 from kai_ray.core.hooks import ReclaimSides
 from kai_ray.core.jobqueues import JobQueues
 from kai_ray.core.model import TaskStatus
 from kai_ray.core.victims import Allowed, Reason, Unit, evict_unit, free_room_for, victim_units
+from kai_ray.core.words import count
 
 __all__ = ["EVICTION_ACTIONS", "consolidate", "preempt", "reclaim", "stale_gang_eviction"]
 
@@ -223,13 +224,18 @@ def _within_boundaries(ctx: CycleContext, job: Job) -> bool:
 
 
 def _over_share_reason(ctx: CycleContext, job: Job, amount: np.ndarray) -> str:
+    """Names the resource that would go over (the first of gpu, cpu, memory)."""
     q = job.queue
-    name = ctx.state.tree.names[q]
-    held = ctx.state.usage.allocated[q][0]
-    share = ctx.shares.fair_share[q, 0]
+    cannot = f"no free room, and queue {ctx.state.tree.names[q]} cannot reclaim"
+    held = ctx.state.usage.allocated[q]
+    share = ctx.shares.fair_share[q]
+    over = [r for r in range(3) if held[r] + amount[r] > share[r] + EPS]
+    if not over:  # what failed was the deserved quota of non-preemptible work
+        return f"{cannot}: its non-preemptible jobs would go over its deserved quota"
+    r = over[0]
     return (
-        f"no free room, and queue {name} cannot reclaim: it would go over its fair share "
-        f"({held:g} + {amount[0]:g} GPU > {share:g})"
+        f"{cannot}: it would go over its fair share of {format_resource(r, float(share[r]))} "
+        f"(it holds {format_resource(r, held[r])}, this job asks for {format_resource(r, float(amount[r]))})"
     )
 
 
@@ -329,7 +335,7 @@ def stale_gang_eviction(ctx: CycleContext) -> None:
         since = _stale_since(ctx, job)
         if ctx.now - since < grace:
             continue
-        reason = f"gang below minMember ({active} of {job.gang} tasks) for {ctx.now - since:g}s"
+        reason = f"gang below minMember ({active} of {count(job.gang, 'task')}) for {ctx.now - since:g}s"
         for t in job.running():
             ctx.stmt.evict(t, "stalegangeviction", reason)
 

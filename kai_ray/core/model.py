@@ -17,7 +17,9 @@ __all__ = [
     "CPU",
     "DEFAULT_ACTIONS",
     "GPU",
+    "HOSTNAME_LABEL",
     "MEMORY",
+    "NODE_ID_LABELS",
     "RESOURCES",
     "SPREAD_MODES",
     "UNLIMITED",
@@ -126,6 +128,18 @@ class QueueInfo:
     over_quota_weight: tuple[float, float, float] = (1.0, 1.0, 1.0)
     preempt_min_runtime: float | None = None  # None: inherit from the parent (default 0)
     reclaim_min_runtime: float | None = None
+
+
+# Node labels whose value is the node's own identity: Kubernetes' hostname label, and
+# Ray's node id (kai-ray's Ray backend places STRICT_PACK over it). A topology level on
+# one of them has one node per domain, so the core (1) counts a node that lacks the
+# label as its own domain and (2) says "one node" in reasons rather than the raw key.
+# It is a property of the label, not of one topology: the hostname level is implicit in
+# every topology (a constraint may name it without listing it in Topology.levels), so a
+# display name on Topology could not cover it; both keys are set by their platforms on
+# every node, so one fixed set serves every backend.
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+NODE_ID_LABELS = frozenset({HOSTNAME_LABEL, "ray.io/node-id"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,17 +6,15 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 import numpy as np
-import numpy.typing as npt
 
 from kai_ray.core.cluster import EPS, BoolArray, ClusterState, FloatArray, Job, Task
 from kai_ray.core.model import SchedulerConfig, TaskStatus, TopologyConstraint
 from kai_ray.core.nodeindex import GpuBuckets
+from kai_ray.core.nodesets import Domains, IntArray, domain_ids, selector_mask
 from kai_ray.core.statement import Statement
 
-__all__ = ["HOSTNAME_LABEL", "Placer", "Spot"]
+__all__ = ["Placer", "Spot"]
 
-HOSTNAME_LABEL = "kubernetes.io/hostname"
-IntArray = npt.NDArray[np.int64]
 Spot = tuple[int, int, bool]  # node, device (-1 unless fractional), pipelined
 _NONE_FITS, _UNSURE, _MAX_SCAN = -1, -2, 64
 
@@ -26,7 +24,7 @@ class Placer:
         self.state = state
         self.config = config
         self._selector_masks: dict[tuple[tuple[str, str], ...], BoolArray] = {}
-        self._domains: dict[str, tuple[IntArray, list[str]]] = {}
+        self._domains: dict[str, Domains] = {}
         self._buckets: GpuBuckets | None = None
         # Per demand vector (shared by tasks of one request): its non-GPU columns.
         self._other_needs: dict[int, list[tuple[int, float]]] = {}
@@ -46,11 +44,7 @@ class Placer:
         key = job.selector
         mask = self._selector_masks.get(key)
         if mask is None:
-            nodes = self.state.nodes
-            mask = nodes.schedulable.copy()
-            for label, value in key:
-                mask &= np.array([n.labels.get(label) == value for n in nodes.infos], dtype=bool)
-            self._selector_masks[key] = mask
+            mask = self._selector_masks[key] = selector_mask(self.state.nodes, key)
         return mask
 
     def job_mask(self, job: Job) -> BoolArray:
@@ -67,19 +61,11 @@ class Placer:
             mask = mask & (self.own_counts(job) == 0)
         return mask
 
-    def domains(self, level: str) -> tuple[IntArray, list[str]]:
-        """Per node, the id of its domain at a topology level (-1: node lacks the label)."""
+    def domains(self, level: str) -> Domains:
+        """Per node, the id of its domain at a topology level (cached per level)."""
         cached = self._domains.get(level)
         if cached is None:
-            names: dict[str, int] = {}
-            ids = np.full(len(self.state.nodes), -1, dtype=np.int64)
-            for i, node in enumerate(self.state.nodes.infos):
-                value = node.labels.get(level)
-                if value is None and level == HOSTNAME_LABEL:
-                    value = node.name
-                if value is not None:
-                    ids[i] = names.setdefault(value, len(names))
-            cached = self._domains[level] = (ids, list(names))
+            cached = self._domains[level] = domain_ids(self.state.nodes, level)
         return cached
 
     def fits(self, task: Task, mask: BoolArray, future: bool) -> BoolArray:

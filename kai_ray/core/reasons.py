@@ -6,26 +6,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from kai_ray.core.cluster import EPS, Task
-from kai_ray.core.model import Request
+from kai_ray.core.cluster import EPS, Job, Task
 from kai_ray.core.placement import Placer
-from kai_ray.core.quantity import format_bytes
+from kai_ray.core.words import agree, count, describe_request, gang_words, level_noun, number
 
-__all__ = ["describe_request", "explain_unplaced", "never_fits"]
-
-
-def describe_request(req: Request) -> str:
-    parts = []
-    if req.gpu_memory > 0:
-        parts.append(f"{format_bytes(req.gpu_memory)} of GPU memory")
-    elif req.gpu > 0:
-        parts.append(f"{req.gpu:g} GPU")
-    if req.cpu > 0:
-        parts.append(f"{req.cpu:g} CPU")
-    if req.memory > 0:
-        parts.append(f"{format_bytes(req.memory)} memory")
-    parts.extend(f"{v:g} {k}" for k, v in req.extended)
-    return ", ".join(parts) or "no resources"
+__all__ = ["explain_unplaced", "never_fits"]
 
 
 def never_fits(placer: Placer, task: Task, mask: np.ndarray) -> bool:
@@ -44,7 +29,6 @@ def never_fits(placer: Placer, task: Task, mask: np.ndarray) -> bool:
 def explain_unplaced(placer: Placer, tasks: Sequence[Task]) -> str:
     """The constraint that blocked placing `tasks` (a gang, or one elastic task)."""
     job = tasks[0].job
-    nodes = placer.state.nodes
     mask = placer.base_mask(job)
     selector = job.info.node_selector
     if not mask.any():
@@ -53,52 +37,62 @@ def explain_unplaced(placer: Placer, tasks: Sequence[Task]) -> str:
             return f"no schedulable node matches nodeSelector {wanted}"
         return "no schedulable node in the cluster"
     task = tasks[0]
-    what = describe_request(task.request)
     if never_fits(placer, task, mask):
-        return f"each task asks for {what}: no node is that large, even when empty"
-    fitting = int(placer.fits(task, mask, future=True).sum())
-    n = len(tasks)
-    gang = f"gang of {n} tasks ({what} each)" if n > 1 else f"task ({what})"
+        return f"each task asks for {describe_request(task.request)}: no node is that large, even when empty"
+    gang = gang_words(len(tasks), task.request)
     constraint = job.info.topology
     if constraint is not None and constraint.required:
         return _topology_reason(placer, tasks, mask, constraint.required, gang)
     if job.info.spread == "required":
-        own = len({t.node for t in job.tasks if t.status.is_active and t.node >= 0})
-        return (
-            f"{gang} must spread one task per node: {fitting} nodes have room for a task "
-            f"(now or once released) and {own} of them may already hold one of its tasks"
-            if own
-            else f"{gang} must spread one task per node: only {fitting} nodes have room for a task"
-        )
-    free_gpus = float((nodes.idle[mask, 0] + nodes.releasing[mask, 0]).sum())
-    largest = float((nodes.idle[mask, 0]).max()) if mask.any() else 0.0
+        return _spread_reason(placer, job, task, mask, gang)
+    return _room_reason(placer, task, mask, gang)
+
+
+def _spread_reason(placer: Placer, job: Job, task: Task, mask: np.ndarray, gang: str) -> str:
+    room = placer.fits(task, mask, future=True)
+    held = placer.own_counts(job) > 0
+    free, taken = int((room & ~held).sum()), int((room & held).sum())
+    text = (
+        f"{gang} must spread one task per node: only {count(free, 'node')} "
+        f"{agree(free, 'has', 'have')} room for a task (now or once released)"
+    )
+    if taken:
+        holds = agree(taken, "holds", "hold")
+        text += f" and none of its tasks; {count(taken, 'node')} with room already {holds} one"
+    return text
+
+
+def _room_reason(placer: Placer, task: Task, mask: np.ndarray, gang: str) -> str:
+    nodes = placer.state.nodes
+    gpu = task.fraction_request or task.demand[0] > 0
+    col, unit = (0, "GPU") if gpu else (1, "CPU")
+    free = float((nodes.idle[mask, col] + nodes.releasing[mask, col]).sum())
+    largest = float(nodes.idle[mask, col].max())
+    totals = f"free: {count(free, 'whole ' + unit if gpu else unit)}, largest free node has {number(largest)}"
+    fitting = int(placer.fits(task, mask, future=True).sum())
     if fitting == 0:
-        outside = float(nodes.outside[mask, 0].sum())
-        held = f"; work outside the scheduler holds {outside:g} GPUs" if outside > EPS else ""
-        return (
-            f"{gang}: no node has room now for even one task "
-            f"(free: {free_gpus:g} whole GPUs, largest free node has {largest:g}{held})"
-        )
+        outside = float(nodes.outside[mask, col].sum())
+        held = f"; work outside the scheduler holds {count(outside, unit)}" if outside > EPS else ""
+        return f"{gang}: no node has room now for even one task ({totals}{held})"
     return (
-        f"{gang}: only part of the gang fits at once ({fitting} nodes have room for a task; "
-        f"free: {free_gpus:g} whole GPUs, largest free node has {largest:g}); "
-        "the gang starts whole or not at all"
+        f"{gang}: only part of the gang fits at once ({count(fitting, 'node')} "
+        f"{agree(fitting, 'has', 'have')} room for a task; {totals}); the gang starts whole or not at all"
     )
 
 
 def _topology_reason(placer: Placer, tasks: Sequence[Task], mask: np.ndarray, level: str, gang: str) -> str:
+    noun = level_noun(level)
     ids, names = placer.domains(level)
     usable = mask & (ids >= 0)
     if not usable.any():
-        return f"{gang} must share one {level}, but no matching node has the label {level}"
+        return f"{gang} must share one {noun}, but no matching node has the label {level}"
     nodes = placer.state.nodes
     gpu = tasks[0].fraction_request or tasks[0].demand[0] > 0
-    col = 0 if gpu else 1
+    col, unit = (0, "GPU") if gpu else (1, "CPU")
     free = np.bincount(ids[usable], weights=nodes.idle[usable, col], minlength=len(names))
     need = sum(t.demand[col] for t in tasks)
-    unit = "GPUs" if gpu else "CPUs"
     best = int(np.argmax(free))
     return (
-        f"{gang} must share one {level}: it needs {need:g} {unit}, the largest free {level} "
-        f"({names[best]}) has {free[best]:g}"
+        f"{gang} must share one {noun}: it needs {count(need, unit)}, the largest free {noun} "
+        f"({names[best]}) has {number(free[best])}"
     )

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from kai_ray.config.errors import ConfigError
 from kai_ray.config.priority import PriorityClasses, UnknownPriorityClassError
 from kai_ray.core.model import (
+    HOSTNAME_LABEL,
     JobInfo,
     NodeInfo,
     QueueInfo,
@@ -22,8 +23,6 @@ from kai_ray.scenario.symbols import GpuSymbols
 
 __all__ = ["HOSTNAME_LABEL", "JobContext", "build_job", "listing"]
 
-# Topology constraints may always name the node itself as a level.
-HOSTNAME_LABEL = "kubernetes.io/hostname"
 _HOLDS_NODE = ("Running", "Releasing")
 
 
@@ -195,7 +194,7 @@ def _topology(
             f"(defined: {listing(sorted(topologies))})",
             field=f"{where}: topology.name",
         )
-    levels = (*topology.levels, HOSTNAME_LABEL)
+    levels = (*topology.levels, HOSTNAME_LABEL)  # any topology may name the node itself
     for key, level in (("required", ref.required), ("preferred", ref.preferred)):
         if level is not None and level not in levels:
             raise ConfigError(
