@@ -1,6 +1,7 @@
 """The pure scheduling core: state in, decisions and reasons out. No Ray, no I/O, no clock."""
 
 from kai_ray.core.cycle import run_cycle
+from kai_ray.core.emptyfit import EmptyRoom, empty_room, gang_never_fits
 from kai_ray.core.model import (
     CPU,
     DEFAULT_ACTIONS,
@@ -43,6 +44,7 @@ __all__ = [
     "ClusterSnapshot",
     "CycleResult",
     "Decision",
+    "EmptyRoom",
     "Evict",
     "JobInfo",
     "NodeInfo",
@@ -57,7 +59,9 @@ __all__ = [
     "TaskStatus",
     "Topology",
     "TopologyConstraint",
+    "empty_room",
     "format_bytes",
+    "gang_never_fits",
     "parse_duration",
     "parse_quantity",
     "run_cycle",

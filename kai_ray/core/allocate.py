@@ -105,4 +105,5 @@ def _shape(job: Job, tasks: list[Task]) -> ShapeKey:
         shapes: object = (id(demand), len(tasks))
     else:
         shapes = tuple(id(t.demand) for t in tasks)
-    return (shapes, job.selector, job.info.topology, job.info.spread)
+    # The active count too: whether the whole gang could ever fit depends on it.
+    return (shapes, job.selector, job.info.topology, job.info.spread, job.active_count)

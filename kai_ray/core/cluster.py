@@ -27,7 +27,7 @@ from kai_ray.core.model import (
 )
 from kai_ray.core.queues import QueueTree
 
-__all__ = ["ClusterState", "Device", "Job", "Nodes", "QueueUsage", "Task", "build_state"]
+__all__ = ["ClusterState", "Device", "Job", "Nodes", "QueueUsage", "Task", "build_state", "node_demand"]
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -390,10 +390,16 @@ def _subtree_sums(tree: QueueTree, leaf: FloatArray) -> FloatArray:
     return total
 
 
-def _per_request(req: Request, columns: Sequence[str]) -> tuple[FloatArray, FloatArray | None]:
+def node_demand(req: Request, columns: Sequence[str]) -> FloatArray:
+    """What one task takes of a node, in the nodes' columns: whole GPUs only (a fraction
+    lives on a shared device), cpu, memory, then the extended resources."""
     whole = 0.0 if req.is_fractional else req.gpu
     ext = dict(req.extended)
-    demand = np.array([whole, req.cpu, req.memory, *(ext.get(c, 0.0) for c in columns[3:])], dtype=np.float64)
+    return np.array([whole, req.cpu, req.memory, *(ext.get(c, 0.0) for c in columns[3:])], dtype=np.float64)
+
+
+def _per_request(req: Request, columns: Sequence[str]) -> tuple[FloatArray, FloatArray | None]:
+    demand = node_demand(req, columns)
     amount = None if req.gpu_memory > 0 else np.array([req.gpu, req.cpu, req.memory], dtype=np.float64)
     return demand, amount
 

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from kai_ray.core.cluster import EPS, Job, Task
+from kai_ray.core.emptyfit import gang_problem, room_when_empty
 from kai_ray.core.placement import Placer
 from kai_ray.core.words import agree, count, describe_request, gang_words, level_noun, number
 
@@ -15,15 +16,7 @@ __all__ = ["explain_unplaced", "never_fits"]
 
 def never_fits(placer: Placer, task: Task, mask: np.ndarray) -> bool:
     """True when no matching node could hold the task even if it were empty."""
-    nodes = placer.state.nodes
-    ok = mask.copy()
-    for col in np.flatnonzero(task.demand):
-        ok &= nodes.capacity[:, col] >= task.demand[col] - EPS
-    if task.fraction_request:
-        ok &= nodes.gpus >= 1
-        if task.request.gpu_memory > 0:
-            ok &= nodes.device_memory >= task.request.gpu_memory - EPS
-    return not ok.any()
+    return room_when_empty(placer.state.nodes, task.request, mask, "", None).tasks == 0
 
 
 def explain_unplaced(placer: Placer, tasks: Sequence[Task]) -> str:
@@ -39,6 +32,10 @@ def explain_unplaced(placer: Placer, tasks: Sequence[Task]) -> str:
     task = tasks[0]
     if never_fits(placer, task, mask):
         return f"each task asks for {describe_request(task.request)}: no node is that large, even when empty"
+    if job.active() < job.gang:  # `tasks` are what the gang misses: could it ever start?
+        problem = _gang_never_fits(placer, job, tasks, mask)
+        if problem:
+            return problem
     gang = gang_words(len(tasks), task.request)
     constraint = job.info.topology
     if constraint is not None and constraint.required:
@@ -46,6 +43,14 @@ def explain_unplaced(placer: Placer, tasks: Sequence[Task]) -> str:
     if job.info.spread == "required":
         return _spread_reason(placer, job, task, mask, gang)
     return _room_reason(placer, task, mask, gang)
+
+
+def _gang_never_fits(placer: Placer, job: Job, missing: Sequence[Task], mask: np.ndarray) -> str:
+    gang = [t.request for t in job.tasks if t.status.is_active] + [t.request for t in missing]
+    constraint = job.info.topology
+    level = constraint.required if constraint is not None else None
+    domains = placer.domains(level) if level else None
+    return gang_problem(placer.state.nodes, gang, mask, job.info, domains)
 
 
 def _spread_reason(placer: Placer, job: Job, task: Task, mask: np.ndarray, gang: str) -> str:

@@ -49,10 +49,13 @@ class ClusterBuilder:
         memory: float = 1024 * GI,
         gpu_memory: float = 80 * GI,
         gpus_used_outside: float = 0,
+        unschedulable: bool = False,
         **labels: str,
     ) -> ClusterBuilder:
         outside = (("gpu", gpus_used_outside),) if gpus_used_outside else ()
-        self.nodes.append(NodeInfo(name, gpus, cpu, memory, gpu_memory, dict(labels), used_outside=outside))
+        self.nodes.append(
+            NodeInfo(name, gpus, cpu, memory, gpu_memory, dict(labels), unschedulable, used_outside=outside)
+        )
         return self
 
     def nodes_(self, count: int, gpus: int, prefix: str = "n", **labels: str) -> ClusterBuilder:

@@ -45,6 +45,35 @@ def _ray_nodes() -> ClusterBuilder:
 
 CASES = [
     Case(
+        "a gang larger than the empty cluster",
+        _gpu_nodes(4, 4).job("g", "default", gpu=4, cpu=0, memory=0).pending(3),
+        "gang of 3 tasks (4 GPUs each) cannot fit in this cluster as it is: even empty it holds at most "
+        "2 such tasks (8 GPUs on 2 nodes); lower the gang size or add nodes",
+    ),
+    Case(
+        "a gang larger than what its node selector and the schedulable nodes allow",
+        ClusterBuilder()
+        .node("a0", gpus=4, zone="a")
+        .node("a1", gpus=4, zone="a", unschedulable=True)
+        .node("b0", gpus=4, zone="b")
+        .job("g", "default", gpu=4, cpu=0, memory=0, node_selector={"zone": "a"})
+        .pending(2),
+        "gang of 2 tasks (4 GPUs each) cannot fit in this cluster as it is: even empty it holds at most "
+        "1 such task (4 GPUs on 1 node); lower the gang size or add nodes",
+    ),
+    Case(
+        "fractions: as many per device as fit",
+        _gpu_nodes(1).job("g", "default", gpu=0.4, cpu=0, memory=0).pending(3),
+        "gang of 3 tasks (0.4 GPU each) cannot fit in this cluster as it is: even empty it holds at most "
+        "2 such tasks (1 GPU on 1 node); lower the gang size or add nodes",
+    ),
+    Case(
+        "a gang on one node (Ray's STRICT_PACK) larger than any node",
+        _gpu_nodes(2, 2).job("g", "default", cpu=0, memory=0, topology=ONE_NODE).pending(4),
+        "gang of 4 tasks (1 GPU each) cannot fit in this cluster as it is: even empty one node holds at "
+        "most 2 such tasks (2 GPUs on 1 node); lower the gang size or ask for less per task",
+    ),
+    Case(
         "a gang on one node says 'one node', not the node-id label",
         _ray_nodes().job("g", "default", cpu=0, memory=0, topology=ONE_NODE).pending(4),
         "gang of 4 tasks (1 GPU each) must share one node: it needs 4 GPUs, the largest free node "

@@ -66,11 +66,18 @@ CASES = [
         {"g": {"bind@n0", "bind@n1", "bind@n2"}},
     ),
     Case(
-        "required spreading waits when there are fewer nodes than tasks",
+        "required spreading waits when fewer nodes have room than it has tasks",
+        _three_nodes().job("busy", "q", gpu=4).running("n2").job("g", "q", spread="required").pending(3),
+        ("allocate",),
+        {},
+        reasons={"g": "must spread one task per node: only 2 nodes have room for a task"},
+    ),
+    Case(
+        "required spreading over more tasks than nodes can never start, and says so",
         _three_nodes().job("g", "q", spread="required").pending(4),
         ("allocate",),
         {},
-        reasons={"g": "must spread one task per node: only 3 nodes have room"},
+        reasons={"g": "even empty it holds at most 3 such tasks, one per node (12 GPUs on 3 nodes)"},
     ),
     Case(
         "required spreading keeps an elastic job's next task off the nodes it holds",
@@ -129,13 +136,22 @@ CASES = [
         "a gang that fits only in part starts not at all",
         ClusterBuilder()
         .node("n0", gpus=2)
-        .node("n1", gpus=1)
-        .queue("q", gpu_quota=3)
+        .node("n1", gpus=2)
+        .queue("q", gpu_quota=4)
+        .job("busy", "q")
+        .running("n1")
         .job("gang", "q", gpu=2)
         .pending(2),
         ("allocate",),
         {},
-        {"gang": "gang starts whole or not at all"},
+        {"gang": "only part of the gang fits at once (1 node has room for a task; free: 3 whole GPUs"},
+    ),
+    Case(
+        "a gang larger than the empty cluster can never start, and says so",
+        ClusterBuilder().node("n0", gpus=4).node("n1", gpus=4).job("gang", "default", gpu=4).pending(3),
+        ("allocate",),
+        {},
+        {"gang": "even empty it holds at most 2 such tasks (8 GPUs on 2 nodes)"},
     ),
     Case(
         "a queue's limit at the parent level holds its child back",
@@ -194,15 +210,23 @@ CASES = [
         config={"topologies": {}},
     ),
     Case(
-        "a required rack too small for the gang names the largest rack",
+        "a required rack without room for the gang names the largest free rack",
         _racks()
         .job("busy", "q", gpu=1)
         .running("a0")
-        .job("gang", "q", gpu=3, topology=TopologyConstraint("t", required="rack"))
+        .running("b0")
+        .job("gang", "q", gpu=2, topology=TopologyConstraint("t", required="rack"))
         .pending(2),
         ("allocate",),
         {},
-        {"gang": "it needs 6 GPUs, the largest free rack (rb) has 4"},
+        {"gang": "it needs 4 GPUs, the largest free rack (ra) has 3"},
+    ),
+    Case(
+        "a gang larger than any rack can never start, and names the largest rack",
+        _racks().job("gang", "q", gpu=3, topology=TopologyConstraint("t", required="rack")).pending(2),
+        ("allocate",),
+        {},
+        {"gang": "even empty its largest rack (rb) holds at most 1 such task (4 GPUs on 1 node)"},
     ),
     Case(
         "preempt never crosses queues",
