@@ -1,7 +1,7 @@
 """The pure scheduling core: state in, decisions and reasons out. No Ray, no I/O, no clock."""
 
 from kai_ray.core.cycle import run_cycle
-from kai_ray.core.emptyfit import EmptyRoom, empty_room, gang_never_fits
+from kai_ray.core.emptyfit import NEVER_FITS, EmptyRoom, empty_room, gang_never_fits
 from kai_ray.core.model import (
     CPU,
     DEFAULT_ACTIONS,
@@ -37,6 +37,7 @@ __all__ = [
     "GPU",
     "HOSTNAME_LABEL",
     "MEMORY",
+    "NEVER_FITS",
     "NODE_ID_LABELS",
     "RESOURCES",
     "UNLIMITED",

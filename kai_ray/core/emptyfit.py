@@ -23,7 +23,11 @@ from kai_ray.core.model import JobInfo, NodeInfo, Request, TaskStatus
 from kai_ray.core.nodesets import Domains, domain_ids, selector_mask
 from kai_ray.core.words import count, gang_words, level_noun
 
-__all__ = ["EmptyRoom", "empty_room", "gang_never_fits", "gang_problem", "room_when_empty"]
+__all__ = ["NEVER_FITS", "EmptyRoom", "empty_room", "gang_never_fits", "gang_problem", "room_when_empty"]
+
+# Every such reason reads "<gang of N tasks (...) | task (...)> cannot fit in this cluster
+# as it is: ...": a stable start that backends and users may look for.
+NEVER_FITS = "cannot fit in this cluster as it is"
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,13 +152,14 @@ def _gang_requests(job: JobInfo) -> list[Request]:
 
 
 def _never_fits_words(size: int, alike: int, request: Request, room: EmptyRoom, job: JobInfo) -> str:
-    gang = f"{gang_words(size, request, alike)} cannot fit in this cluster as it is"
+    gang = f"{gang_words(size, request, alike)} {NEVER_FITS}"
     level = job.topology.required if job.topology is not None else None
     noun = level_noun(level) if level else ""
     if level and not room.domain:
         return f"{gang}: it must share one {noun}, but no matching node has the label {level}"
     if room.tasks == 0:
-        return f"{gang}: even empty, no matching node holds one such task; ask for less or add larger nodes"
+        too_large = "no node it may run on is that large, even when empty"
+        return f"{gang}: {too_large}; ask for less per task or add larger nodes"
     if noun == "node":
         where, fix = "one node", "lower the gang size or ask for less per task"
     elif noun:

@@ -30,12 +30,12 @@ def explain_unplaced(placer: Placer, tasks: Sequence[Task]) -> str:
             return f"no schedulable node matches nodeSelector {wanted}"
         return "no schedulable node in the cluster"
     task = tasks[0]
-    if never_fits(placer, task, mask):
-        return f"each task asks for {describe_request(task.request)}: no node is that large, even when empty"
     if job.active() < job.gang:  # `tasks` are what the gang misses: could it ever start?
         problem = _gang_never_fits(placer, job, tasks, mask)
         if problem:
             return problem
+    if never_fits(placer, task, mask):  # an elastic task (a gang's was caught above)
+        return f"each task asks for {describe_request(task.request)}: no node is that large, even when empty"
     gang = gang_words(len(tasks), task.request)
     constraint = job.info.topology
     if constraint is not None and constraint.required:

@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import pytest
 
 from kai_ray.core import (
+    NEVER_FITS,
+    UNLIMITED,
+    ClusterSnapshot,
     EmptyRoom,
     JobInfo,
     NodeInfo,
+    QueueInfo,
     Request,
+    SchedulerConfig,
     TaskInfo,
     TaskStatus,
     TopologyConstraint,
     empty_room,
     gang_never_fits,
+    run_cycle,
 )
 
 GI = 1024.0**3
@@ -169,8 +176,8 @@ GANG_CASES = [
         "no node large enough for one task",
         [_node("a", gpus=2)],
         _job(1),
-        "task (4 GPUs) cannot fit in this cluster as it is: even empty, no matching node holds one such "
-        "task; ask for less or add larger nodes",
+        "task (4 GPUs) cannot fit in this cluster as it is: no node it may run on is that large, even "
+        "when empty; ask for less per task or add larger nodes",
     ),
     GangCase(
         "a mixed gang is checked request by request",
@@ -190,3 +197,20 @@ GANG_CASES = [
 @pytest.mark.parametrize("case", GANG_CASES, ids=[c.name for c in GANG_CASES])
 def test_gang_never_fits(case: GangCase) -> None:
     assert gang_never_fits(case.nodes, case.job) == case.expect
+
+
+# The stable start of every such reason: what a gang is, then NEVER_FITS.
+STABLE_START = re.compile(r"^(gang of \d+ tasks \(.+\)|task \(.+\)) " + re.escape(NEVER_FITS) + ": ")
+
+
+@pytest.mark.parametrize("case", [c for c in GANG_CASES if c.expect], ids=lambda c: c.name)
+def test_every_refusal_has_the_stable_start(case: GangCase) -> None:
+    assert NEVER_FITS == "cannot fit in this cluster as it is"
+    assert STABLE_START.match(gang_never_fits(case.nodes, case.job) or "")
+
+
+@pytest.mark.parametrize("case", [c for c in GANG_CASES if c.expect], ids=lambda c: c.name)
+def test_the_pending_reason_says_what_the_submit_check_says(case: GangCase) -> None:
+    snap = ClusterSnapshot(case.nodes, [QueueInfo("q", quota=(UNLIMITED,) * 3)], [case.job])
+    result = run_cycle(snap, SchedulerConfig(), 0.0)
+    assert result.pending_reasons["j"] == case.expect

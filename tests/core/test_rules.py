@@ -196,7 +196,7 @@ CASES = [
         ClusterBuilder().node("n0", gpus=2).queue("q", gpu_quota=8).job("huge", "q", gpu=4).pending(),
         ("allocate",),
         {},
-        {"huge": "no node is that large"},
+        {"huge": "task (4 GPUs, 1 CPU, 1Gi memory) cannot fit in this cluster as it is: no node it may"},
     ),
     Case(
         "a required rack picks the rack with room",
