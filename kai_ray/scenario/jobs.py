@@ -18,6 +18,7 @@ from kai_ray.core.model import (
     Topology,
     TopologyConstraint,
 )
+from kai_ray.core.words import count
 from kai_ray.scenario.schema import JobSpec, TaskCountSpec, TaskSpec, TopologyRefSpec
 from kai_ray.scenario.symbols import GpuSymbols
 
@@ -150,7 +151,7 @@ def _device(node: str, symbol: str, field: str, context: JobContext) -> int:
     if symbols.index_of(node, symbol) is None and symbols.count(node) >= gpus:
         named = listing(symbols.symbols(node))
         raise ConfigError(
-            f"{symbol!r} would be a device of node {node!r}, which has {gpus} GPU(s), "
+            f"{symbol!r} would be a device of node {node!r}, which has {count(gpus, 'GPU')}, "
             f"all named already ({named}); reuse one of those or give the node more gpus",
             field=f"{field}.gpuGroup",
         )

@@ -29,9 +29,17 @@ from kai_ray.core.model import (
     QueueInfo,
     SchedulerConfig,
 )
+from kai_ray.core.words import count
 from kai_ray.scenario.expect import JobExpectation, TaskExpectation
 from kai_ray.scenario.jobs import JobContext, build_job, listing
-from kai_ray.scenario.schema import JobExpectSpec, NodeSpec, ScenarioFile, TaskExpectSpec
+from kai_ray.scenario.schema import (
+    MAX_TASKS,
+    JobExpectSpec,
+    NodeSpec,
+    ScenarioFile,
+    TaskCountSpec,
+    TaskExpectSpec,
+)
 from kai_ray.scenario.symbols import GpuSymbols
 
 __all__ = ["DEFAULT_QUEUE", "Scenario", "load_scenario", "parse_scenario"]
@@ -64,7 +72,7 @@ def load_scenario(path: str | Path) -> Scenario:
 def parse_scenario(raw: Any, *, path: str | Path | None = None) -> Scenario:
     if not isinstance(raw, dict):
         raise ConfigError(
-            "a scenario is a YAML map with at least nodes: and jobs:; see shared/spec/scenario-format.md",
+            "a scenario is a YAML map with at least nodes: and jobs:; see docs/scenario-format.md",
             path=path,
         )
     try:
@@ -78,6 +86,7 @@ def parse_scenario(raw: Any, *, path: str | Path | None = None) -> Scenario:
 
 
 def _build(spec: ScenarioFile, path: str | Path | None) -> Scenario:
+    _check_task_total(spec)
     nodes = [_node(name, node) for name, node in spec.nodes.items()]
     queues = _queues(spec)
     config = to_scheduler_config(spec.config, spec.actions, spec.topologies)
@@ -124,6 +133,16 @@ def _queues(spec: ScenarioFile) -> list[QueueInfo]:
     return queues
 
 
+def _check_task_total(spec: ScenarioFile) -> None:
+    total = sum(j.tasks.count if isinstance(j.tasks, TaskCountSpec) else len(j.tasks) for j in spec.jobs)
+    if total > MAX_TASKS:
+        raise ConfigError(
+            f"the jobs have {total} tasks in all, more than {MAX_TASKS}, the most a scenario file "
+            "may hold; lower the counts or split the file",
+            field="jobs",
+        )
+
+
 def _check_unique_jobs(jobs: Sequence[JobInfo]) -> None:
     seen: set[str] = set()
     for job in jobs:
@@ -145,8 +164,8 @@ def _expectations(specs: Mapping[str, JobExpectSpec], jobs: Sequence[JobInfo]) -
             )
         if spec.tasks is not None and len(spec.tasks) != len(job.tasks):
             raise ConfigError(
-                f"lists {len(spec.tasks)} task expectations but the job has "
-                f"{len(job.tasks)} tasks; give one per task, in order",
+                f"lists {count(len(spec.tasks), 'task expectation')} but the job has "
+                f"{count(len(job.tasks), 'task')}; give one per task, in order",
                 field=f"{field}.tasks",
             )
         tasks = None if spec.tasks is None else tuple(_task_expectation(t) for t in spec.tasks)

@@ -1,14 +1,15 @@
-"""The scenario file, key by key, as pydantic models (shared/spec/scenario-format.md, v1).
+"""The scenario file, key by key, as pydantic models (docs/scenario-format.md, v1).
 
-These models check shapes, types and quantities; cross-references (a job's queue, a
-task's node, ...) are checked by the loader, which knows the whole file.
+These models check shapes, types, quantities and bounds; cross-references (a job's
+queue, a task's node, ...) and the file-wide task total are checked by the loader,
+which knows the whole file.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Discriminator, Field, Tag, field_validator
+from pydantic import BeforeValidator, ConfigDict, Discriminator, Field, Tag, field_validator
 
 from kai_ray.config.base import Duration, Labels, Quantity, StrictModel
 from kai_ray.config.priority import PriorityClassSpec
@@ -17,6 +18,9 @@ from kai_ray.config.scheduler import SchedulerOptions, TopologySpec, check_actio
 from kai_ray.core.model import DEFAULT_ACTIONS, NodeInfo
 
 __all__ = [
+    "MAX_GPUS_PER_NODE",
+    "MAX_ROUNDS",
+    "MAX_TASKS",
     "ExpectedStatus",
     "JobExpectSpec",
     "JobSpec",
@@ -33,6 +37,27 @@ __all__ = [
 TaskState = Literal["Pending", "Running", "Releasing", "Succeeded", "Failed"]
 ExpectedStatus = Literal["Pending", "Binding", "Pipelined", "Running", "Releasing", "Succeeded", "Failed"]
 _NODE = NodeInfo(name="")  # the core's node defaults: cpu 1000, memory 10Ti, gpuMemory 80Gi
+
+# Bounds that keep a run finite and its memory small, each far above any real case (the
+# format's documentation lists them). Cycles: a schedule still changing after a thousand
+# cycles oscillates, more rounds would only take longer to say so. Tasks: every task is
+# an object in every round, and `{count: N}` would otherwise let one line ask for any
+# number. GPUs: the core keeps an index of nodes per level of idle GPUs, one level per
+# device the largest node has; a machine with more is modelled as several nodes.
+MAX_ROUNDS = 1000
+MAX_TASKS = 100_000  # in the whole file, the count shorthand included
+MAX_GPUS_PER_NODE = 1024
+
+
+def _at_most(value: int, most: int, what: str, fix: str) -> int:
+    if value > most:
+        raise ValueError(f"{value} is more than {most}, the most {what}; {fix}")
+    return value
+
+
+class _Finite(StrictModel):
+    # `.inf` and `.nan` are numbers to YAML, but no time or amount of a scenario.
+    model_config = ConfigDict(allow_inf_nan=False)
 
 
 def _symbol(value: object) -> object:
@@ -56,13 +81,19 @@ def _priority(value: object) -> object:
 Priority = Annotated[int | str, BeforeValidator(_priority)]
 
 
-class NodeSpec(StrictModel):
+class NodeSpec(_Finite):
     gpus: int = Field(0, ge=0)
     cpu: Quantity = Field(_NODE.cpu, ge=0)  # cores
     memory: Quantity = Field(_NODE.memory, ge=0)  # bytes
     gpu_memory: Quantity = Field(_NODE.gpu_memory, gt=0)  # bytes per device
     labels: Labels = Field(default_factory=dict)
     unschedulable: bool = False
+
+    @field_validator("gpus")
+    @classmethod
+    def _few_gpus(cls, gpus: int) -> int:
+        fix = "model a larger machine as several nodes"
+        return _at_most(gpus, MAX_GPUS_PER_NODE, "one node may have", fix)
 
 
 class ScenarioQueueSpec(QueueBody):
@@ -78,7 +109,7 @@ class TopologyRefSpec(StrictModel):
     preferred: str | None = None
 
 
-class TaskSpec(StrictModel):
+class TaskSpec(_Finite):
     state: TaskState = "Pending"
     node: str | None = None
     since: Duration = 0.0  # relative to `now`
@@ -94,6 +125,11 @@ class TaskCountSpec(TaskSpec):
 
     count: int = Field(ge=1)
 
+    @field_validator("count")
+    @classmethod
+    def _bounded(cls, count: int) -> int:
+        return _at_most(count, MAX_TASKS, "tasks a scenario file may hold", "lower count")
+
 
 def _tasks_shape(value: Any) -> str:
     return "task-count" if isinstance(value, dict) else "task-list"
@@ -105,7 +141,7 @@ Tasks = Annotated[
 ]
 
 
-class JobSpec(StrictModel):
+class JobSpec(_Finite):
     name: str = Field(min_length=1)
     queue: str = "default"
     priority: Priority = "train"
@@ -144,7 +180,7 @@ def _node_names(value: object) -> object:
     return {str(k): v for k, v in value.items()} if isinstance(value, dict) else value
 
 
-class ScenarioFile(StrictModel):
+class ScenarioFile(_Finite):
     name: str | None = None
     source: str | None = None
     actions: list[str] = Field(default_factory=lambda: list(DEFAULT_ACTIONS))
@@ -169,3 +205,9 @@ class ScenarioFile(StrictModel):
     def _known_actions(cls, actions: list[str]) -> list[str]:
         check_actions(actions)
         return actions
+
+    @field_validator("rounds")
+    @classmethod
+    def _bounded_rounds(cls, rounds: int) -> int:
+        fix = "lower rounds (a schedule still changing after that many cycles oscillates)"
+        return _at_most(rounds, MAX_ROUNDS, "cycles a scenario may run", fix)

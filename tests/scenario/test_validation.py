@@ -10,6 +10,7 @@ import pytest
 
 from kai_ray.config import ConfigError
 from kai_ray.scenario.loader import parse_scenario
+from kai_ray.scenario.schema import MAX_GPUS_PER_NODE, MAX_ROUNDS, MAX_TASKS
 from tests.scenario.builders import ScenarioBuilder, pending, running, scenario
 
 
@@ -118,6 +119,33 @@ CASES = [
     ),
     Case("rounds 0", b(scenario().job("j").set("rounds", 0)), ("rounds", "greater than or equal")),
     Case(
+        "rounds over the bound",
+        b(scenario().job("j").set("rounds", MAX_ROUNDS + 1)),
+        ("rounds: 1001 is more than 1000, the most cycles a scenario may run", "lower rounds"),
+    ),
+    Case(
+        "a count over the bound",
+        b(scenario().job("j", tasks={"count": MAX_TASKS + 1})),
+        ("job 'j': tasks.count: 100001 is more than 100000", "lower count"),
+    ),
+    Case(
+        "more tasks in the file than the bound",
+        b(scenario().job("a", tasks={"count": 60_000}).job("b", tasks={"count": 60_000})),
+        ("jobs: the jobs have 120000 tasks in all, more than 100000", "split the file"),
+    ),
+    Case(
+        "a node with more GPUs than the bound",
+        b(scenario().node("big", gpus=MAX_GPUS_PER_NODE + 1).job("j")),
+        ("node 'big': gpus: 1025 is more than 1024", "model a larger machine as several nodes"),
+    ),
+    Case("an endless clock", b(scenario().job("j").set("now", float("inf"))), ("now", "finite number")),
+    Case(
+        "a time that is not a number",
+        b(scenario().job("j", running("node0", since=float("nan")))),
+        ("job 'j': tasks[0].since", "finite number"),
+    ),
+    Case("an endless request", b(scenario().job("j", cpu=float("inf"))), ("job 'j': cpu", "finite number")),
+    Case(
         "unknown action",
         b(scenario().job("j").set("actions", ["allocate", "backfill"])),
         ("actions", "'backfill' is not an action", "allocate, consolidation"),
@@ -204,7 +232,7 @@ CASES = [
             .job("a", running("n", gpuGroup="g0"), gpu=0.5)
             .job("b", running("n", gpuGroup="g1"), gpu=0.5)
         ),
-        ("job 'b': tasks[0].gpuGroup", "node 'n', which has 1 GPU(s)", "all named already (g0)"),
+        ("job 'b': tasks[0].gpuGroup", "node 'n', which has 1 GPU,", "all named already (g0)"),
     ),
     Case(
         "gpu and gpuMemory",
@@ -244,7 +272,7 @@ CASES = [
     Case(
         "task expectations that do not match the tasks",
         b(scenario().job("j", pending(), pending()).expect("j", tasks=[{"status": "Pending"}])),
-        ("expect.j.tasks", "lists 1 task expectations but the job has 2 tasks", "one per task"),
+        ("expect.j.tasks", "lists 1 task expectation but the job has 2 tasks", "one per task"),
     ),
 ]
 
@@ -263,3 +291,17 @@ def test_invalid_scenario(case: Case) -> None:
 
 def test_a_valid_scenario_is_not_refused() -> None:
     parse_scenario(scenario().job("j").build(), path="ok.yaml")
+
+
+def test_the_bounds_themselves_are_accepted() -> None:
+    data = (
+        scenario()
+        .node("big", gpus=MAX_GPUS_PER_NODE)
+        .job("a", tasks={"count": MAX_TASKS // 2})
+        .job("b", tasks={"count": MAX_TASKS // 2})
+        .set("rounds", MAX_ROUNDS)
+        .build()
+    )
+    loaded = parse_scenario(data, path="big.yaml")
+    assert loaded.rounds == MAX_ROUNDS
+    assert sum(len(j.tasks) for j in loaded.snapshot.jobs) == MAX_TASKS
