@@ -8,7 +8,7 @@ Two sets run here:
 
 A failing scenario fails its own test, named by its file, and the failure message
 lists every mismatch (job, task, field, expected, actual) as `kai-ray scenario run`
-prints it. Format: shared/spec/scenario-format.md.
+prints it. Format: docs/scenario-format.md.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Scenario files (shared/spec/scenario-format.md): load, run against the core, compare, report."""
+"""Scenario files (docs/scenario-format.md): load, run against the core, compare, report."""
 
 from kai_ray.scenario.expect import JobExpectation, Mismatch, TaskExpectation
 from kai_ray.scenario.loader import Scenario, load_scenario, parse_scenario

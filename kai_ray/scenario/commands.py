@@ -26,7 +26,7 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     scenario = subparsers.add_parser(
         "scenario",
         help="run scheduling scenarios (YAML files) against the core",
-        description="Scheduling scenarios: shared/spec/scenario-format.md",
+        description="Scheduling scenarios; the file format: docs/scenario-format.md",
     )
     scenario.set_defaults(func=lambda _args: _usage(scenario))
     commands = scenario.add_subparsers(title="commands", metavar="COMMAND")

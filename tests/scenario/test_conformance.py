@@ -28,7 +28,11 @@ def test_example(path: Path) -> None:
     assert result.passed, "\n".join(text_lines(result))
 
 
-@pytest.mark.skipif(not SHARED.is_dir(), reason="the shared scenarios are not checked out here")
+@pytest.mark.skipif(
+    not SHARED.is_dir(),
+    reason=f"the team's shared scenarios are not at {SHARED} (../shared/scenarios next to the "
+    "repository): skipped; this project's own scenarios are tests/scenarios",
+)
 @pytest.mark.parametrize(
     "path", files(SHARED), ids=lambda p: str(p.relative_to(SHARED)) if SHARED.is_dir() else ""
 )

@@ -1,6 +1,6 @@
 """Applying decisions and advancing rounds, with hand-made core answers.
 
-These test the runner's own rules (shared/spec/scenario-format.md, "Between rounds"),
+These test the runner's own rules (docs/scenario-format.md, "Between rounds"),
 not the core: the CycleResults are written here.
 """
 
