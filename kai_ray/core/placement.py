@@ -10,7 +10,7 @@ import numpy as np
 from kai_ray.core.cluster import EPS, BoolArray, ClusterState, FloatArray, Job, Task
 from kai_ray.core.model import SchedulerConfig, TaskStatus, TopologyConstraint
 from kai_ray.core.nodeindex import GpuBuckets
-from kai_ray.core.nodesets import Domains, IntArray, domain_ids, selector_mask
+from kai_ray.core.nodesets import Domains, domain_ids, selector_mask
 from kai_ray.core.statement import Statement
 
 __all__ = ["Placer", "Spot"]
@@ -55,10 +55,13 @@ class Placer:
         constraint = job.info.topology
         if constraint is not None and constraint.required:
             ids, _ = self.domains(constraint.required)
-            held = {int(ids[t.node]) for t in job.tasks if t.status.is_active and t.node >= 0}
-            mask = mask & np.isin(ids, list(held)) if held else mask
+            domains = {int(ids[t.node]) for t in job.tasks if t.status.is_active and t.node >= 0}
+            mask = mask & np.isin(ids, list(domains)) if domains else mask
         if job.info.spread == "required":
-            mask = mask & (self.own_counts(job) == 0)
+            held = list(self.own_counts(job))
+            if held:
+                mask = mask.copy()
+                mask[held] = False
         return mask
 
     def domains(self, level: str) -> Domains:
@@ -212,11 +215,11 @@ class Placer:
                 return False
             stmt.place(task, spot[0], spot[1], spot[2], action)
             if counts is not None:
-                counts[spot[0]] += 1
+                counts[spot[0]] = counts.get(spot[0], 0) + 1
         return True
 
     def spot(
-        self, task: Task, mask: BoolArray, allow_pipeline: bool, counts: IntArray | None = None
+        self, task: Task, mask: BoolArray, allow_pipeline: bool, counts: dict[int, int] | None = None
     ) -> Spot | None:
         """Where one task goes: the usual choice, or the spreading rule for a job that
         spreads. Every action places through here, so they all spread alike. `counts`:
@@ -227,26 +230,29 @@ class Placer:
             task, mask, allow_pipeline, self.own_counts(task.job) if counts is None else counts
         )
 
-    def own_counts(self, job: Job) -> IntArray:
-        """Per node, how many of the job's active tasks it holds (those just placed too)."""
-        held = [t.node for t in job.tasks if t.status.is_active and t.node >= 0]
-        return np.bincount(np.array(held, dtype=np.int64), minlength=len(self.state.nodes))
+    def own_counts(self, job: Job) -> dict[int, int]:
+        """The nodes holding the job's active tasks (those just placed too), and how many.
+        A dict, not an array over all nodes: a job holds few nodes, and the spreading rule
+        below then costs per task about one pass over the nodes, as a plain choice does."""
+        counts: dict[int, int] = {}
+        for t in job.tasks:
+            if t.node >= 0 and t.status.is_active:
+                counts[t.node] = counts.get(t.node, 0) + 1
+        return counts
 
     def _spread_spot(
-        self, task: Task, mask: BoolArray, allow_pipeline: bool, counts: IntArray
+        self, task: Task, mask: BoolArray, allow_pipeline: bool, counts: dict[int, int]
     ) -> Spot | None:
         """Spreading is as even as the room allows: among the nodes with room now (else,
         when allowed, once released), those holding the fewest of the job's tasks, the
         best of them by the usual score. "required" only takes nodes holding none.
 
         Room now comes first, as everywhere: an even spread is not worth waiting for."""
-        required = task.job.info.spread == "required"
+        held = list(counts)
         for future in (False, True) if allow_pipeline else (False,):
-            room = self.fits(task, mask, future)
-            if required:
-                room &= counts == 0
-            if room.any():
-                fewest = room & (counts == counts[room].min())
+            room = self.fits(task, mask, future)  # a fresh array: ours to narrow
+            fewest = _fewest(room, counts, held, task.job.info.spread == "required")
+            if fewest is not None:
                 return self._on_node(task, self.best_node(task, fewest), cpu_now=not future)
         return None
 
@@ -329,3 +335,15 @@ class Placer:
         for d in order:
             if free[d] + EPS >= need[col]:
                 yield usable & (ids == d)
+
+
+def _fewest(room: BoolArray, counts: dict[int, int], held: list[int], required: bool) -> BoolArray | None:
+    """The nodes of `room` holding the fewest of the job's tasks (`counts`, over the nodes
+    `held`); with `required`, only nodes holding none. None when there is none."""
+    in_room = [n for n in held if room[n]]
+    if in_room and (required or len(in_room) < np.count_nonzero(room)):
+        room[in_room] = False  # some node with room holds none of its tasks: those
+    elif in_room:  # every node with room holds some: those holding the fewest
+        least = min(counts[n] for n in in_room)
+        room[[n for n in in_room if counts[n] > least]] = False
+    return room if room.any() else None

@@ -55,8 +55,8 @@ def _gang_never_fits(placer: Placer, job: Job, missing: Sequence[Task], mask: np
 
 def _spread_reason(placer: Placer, job: Job, task: Task, mask: np.ndarray, gang: str) -> str:
     room = placer.fits(task, mask, future=True)
-    held = placer.own_counts(job) > 0
-    free, taken = int((room & ~held).sum()), int((room & held).sum())
+    taken = sum(1 for n in placer.own_counts(job) if room[n])
+    free = int(room.sum()) - taken
     text = (
         f"{gang} must spread one task per node: only {count(free, 'node')} "
         f"{agree(free, 'has', 'have')} room for a task (now or once released)"

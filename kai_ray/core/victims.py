@@ -135,7 +135,8 @@ class _VictimPool:
         missing = np.maximum(0.0, task.demand[col] - room[candidates, col])
         keys = [candidates, first[candidates]]
         if task.job.info.spread:
-            keys.append(self.ctx.placer.own_counts(task.job)[candidates])
+            held = self.ctx.placer.own_counts(task.job)
+            keys.append(np.array([held.get(n, 0) for n in candidates.tolist()], dtype=np.int64))
         order = np.lexsort((*keys, missing))
         return candidates[order]
 
