@@ -20,9 +20,9 @@ import ray
 
 from kai_ray.core import Pipeline, QueueInfo, SchedulerConfig
 from kai_ray.ray.backend import KVStore, RayPlacementBackend
-from kai_ray.ray.engine import SchedulerEngine, SubmitError, queue_from_json
+from kai_ray.ray.engine import SchedulerEngine, SubmitError
 from kai_ray.ray.nodes import held_by_workloads, node_usage
-from kai_ray.ray.queueadmin import QueueChangeError
+from kai_ray.ray.queueadmin import QueueChangeError, queue_from_json
 from kai_ray.ray.views import worker_signature
 from kai_ray.ray.workload import TERMINAL, State, WorkloadSpec
 

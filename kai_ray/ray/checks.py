@@ -8,9 +8,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from kai_ray.core import NodeInfo, QueueInfo
-from kai_ray.ray.translate import largest_fit, parse_resources, request_for
-from kai_ray.ray.workload import WorkloadSpec
+from kai_ray.core import NodeInfo, QueueInfo, gang_never_fits
+from kai_ray.ray.translate import job_info, largest_fit, parse_resources, request_for
+from kai_ray.ray.workload import Workload, WorkloadSpec
 
 __all__ = ["STRATEGIES", "SubmitError", "same_spec", "validate_spec"]
 
@@ -23,7 +23,8 @@ class SubmitError(ValueError):
 
 def validate_spec(spec: WorkloadSpec, queues: Sequence[QueueInfo], nodes: Sequence[NodeInfo]) -> None:
     """Raise SubmitError for an unknown or non-leaf queue, bad sizes or strategy, a job
-    without a command, or a worker no node could hold even when empty. Normalises
+    without a command, a worker no node could hold even when empty, or a gang the whole
+    cluster could not hold even when empty (the core's rule). Normalises
     spec.resources_per_worker (quantities such as "16Gi" become numbers)."""
     parents = {q.parent for q in queues}
     if spec.queue not in {q.name for q in queues}:
@@ -48,7 +49,9 @@ def validate_spec(spec: WorkloadSpec, queues: Sequence[QueueInfo], nodes: Sequen
         spec.resources_per_worker = parse_resources(spec.resources_per_worker)
     except ValueError as exc:
         raise SubmitError(str(exc)) from None
-    why = largest_fit(request_for(spec.resources_per_worker), nodes)
+    why = largest_fit(request_for(spec.resources_per_worker), nodes) or gang_never_fits(
+        nodes, job_info(Workload(id="new", spec=spec, created_at=0.0))
+    )
     if why:
         raise SubmitError(why)
 

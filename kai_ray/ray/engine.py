@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -37,12 +38,12 @@ from kai_ray.core.queues import build_queue_tree
 from kai_ray.ray.checks import SubmitError, same_spec, validate_spec
 from kai_ray.ray.nodes import cluster_nodes
 from kai_ray.ray.ports import GROUP_PREFIX, ActionFailed, JobRunner, PlacementBackend, Store
-from kai_ray.ray.queueadmin import QueueChange, plan_apply, plan_delete
+from kai_ray.ray.queueadmin import QueueChange, plan_apply, plan_delete, queue_from_json, queue_holders
 from kai_ray.ray.translate import NODE_ID_LABEL, NODE_TOPOLOGY, bundle_for, job_info, request_for
-from kai_ray.ray.views import workload_view
+from kai_ray.ray.views import queue_positions, workload_view
 from kai_ray.ray.workload import HOLDING, TERMINAL, Slot, State, Workload, WorkloadSpec
 
-__all__ = ["OWNER_JOB_KEY", "SchedulerEngine", "SubmitError", "queue_from_json"]
+__all__ = ["OWNER_JOB_KEY", "SchedulerEngine", "SubmitError"]
 
 log = logging.getLogger(__name__)
 CycleFn = Callable[[ClusterSnapshot, SchedulerConfig, float], CycleResult]
@@ -204,11 +205,7 @@ class SchedulerEngine:
         self.store.save_queues([dataclasses.asdict(q) for q in queues])
 
     def _queue_holders(self) -> dict[str, list[str]]:
-        holders: dict[str, list[str]] = defaultdict(list)
-        for w in self.workloads.values():
-            if not w.terminal:
-                holders[w.spec.queue].append(w.id)
-        return holders
+        return queue_holders((w.spec.queue, w.id) for w in self.workloads.values() if not w.terminal)
 
     # ------------------------------------------------------------ the loop
 
@@ -248,22 +245,7 @@ class SchedulerEngine:
     def next_deadline(self) -> float | None:
         """The earliest grace period, surplus release or admission retry: the loop wakes
         then."""
-        times = [
-            w.deadline
-            for w in self.workloads.values()
-            if w.state is State.PREEMPTING and w.deadline is not None
-        ]
-        times += [
-            w.retry_at for w in self.workloads.values() if w.state is State.QUEUED and w.retry_at is not None
-        ]
-        times += [
-            s.releasing_at
-            for w in self.workloads.values()
-            if w.state is State.RUNNING
-            for s in w.slots.values()
-            if s.releasing_at is not None
-        ]
-        return min(times, default=None)
+        return min((t for w in self.workloads.values() if (t := w.next_deadline()) is not None), default=None)
 
     def group_ready(self, group: str, now: float) -> None:
         """A group became ready: progress only its workload (cheap, for low latency)."""
@@ -286,7 +268,7 @@ class SchedulerEngine:
         result = self._cycle(snapshot, self.config, now)
         self._apply(result, now)
         self.queue_status = dict(result.queues)
-        self._update_positions(live)
+        self.positions = queue_positions(live)
         return result
 
     # ------------------------------------------------------------ decisions
@@ -316,7 +298,7 @@ class SchedulerEngine:
         for wid, why in reasons.items():
             w = self.workloads.get(wid)
             if w is not None and w.state is State.QUEUED:
-                w.reason = why
+                w.reason = _RAY_NODE_ID.sub(lambda m: m.group(0)[:12], why)
 
     def _bind(self, w: Workload, binds: list[Bind], now: float) -> None:
         binds = sorted(binds, key=lambda b: int(b.task[1:]))
@@ -516,17 +498,6 @@ class SchedulerEngine:
     def info(self, wid: str) -> dict[str, Any]:
         return workload_view(self._get(wid), self.positions.get(wid))
 
-    def _update_positions(self, live: Iterable[Workload]) -> None:
-        by_queue: dict[str, list[Workload]] = defaultdict(list)
-        for w in live:
-            if w.state is State.QUEUED:
-                by_queue[w.spec.queue].append(w)
-        self.positions = {}
-        for ws in by_queue.values():
-            ws.sort(key=lambda w: (-w.spec.priority, w.created_at, w.id))
-            for i, w in enumerate(ws):
-                self.positions[w.id] = (i + 1, len(ws))
-
     # ------------------------------------------------------------ helpers
 
     def _get(self, wid: str) -> Workload:
@@ -555,15 +526,11 @@ class SchedulerEngine:
                 self._dirty.add(w.id)
 
 
+# Ray's node ids (56 hex digits) read as their first 12, as `ray status` and the CLI show them.
+_RAY_NODE_ID = re.compile(r"\b[0-9a-f]{56}\b")
+
+
 def _nodes(ids: Iterable[str]) -> str:
     """Node ids for a reason: "node 3a3afee48400", "nodes 3a3afee48400, 9c1d..."."""
     short = sorted({i[:12] for i in ids})
     return f"node{'s' if len(short) != 1 else ''} {', '.join(short)}"
-
-
-def queue_from_json(data: dict[str, Any]) -> QueueInfo:
-    data = dict(data)
-    for key in ("quota", "limit", "over_quota_weight"):
-        if key in data:
-            data[key] = tuple(float(x) for x in data[key])
-    return QueueInfo(**data)

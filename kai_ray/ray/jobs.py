@@ -74,22 +74,34 @@ class RayJobRunner:
         }
         env["env_vars"] = env_vars
         submission_id = f"{w.id}-{w.attempt}"  # idempotent per admission
+        # Which workload this is, beyond its id: an id can come back (--submission-id)
+        # after the first workload of that name was pruned, while Ray keeps its old jobs.
+        mine = {"kai-ray/workload": w.id, "kai-ray/created-at": repr(w.created_at)}
         try:
             return str(
                 self._jobs().submit_job(
                     entrypoint=w.spec.entrypoint,
                     submission_id=submission_id,
                     runtime_env=env,
-                    metadata={**w.spec.metadata, "kai-ray/queue": w.spec.queue, "kai-ray/workload": w.id},
+                    metadata={**w.spec.metadata, "kai-ray/queue": w.spec.queue, **mine},
                     entrypoint_num_cpus=0,  # the driver holds nothing; its work uses the group
                 )
             )
         except ActionFailed:
             raise
         except Exception as exc:
-            if "already exists" in str(exc):
-                return submission_id  # submitted before a restart: the same attempt
-            raise job_error(exc) from exc
+            if "already exists" not in str(exc):
+                raise job_error(exc) from exc
+        # Submitted already: this attempt, before a restart of the scheduler, or another
+        # workload that had this id once.
+        theirs = self._jobs().get_job_info(submission_id).metadata or {}
+        if all(theirs.get(k) == v for k, v in mine.items()):
+            return submission_id
+        raise ActionFailed(
+            f"Ray already has a job {submission_id} from an earlier workload with the id {w.id!r}; "
+            "submit again with another --submission-id",
+            permanent=True,
+        )
 
     def status(self, submission_id: str) -> str:
         try:

@@ -7,13 +7,22 @@ exists. Pure functions over plain data: the engine passes in who holds what.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from kai_ray.core import QueueInfo
 from kai_ray.core.queues import QueueTreeError, build_queue_tree
 
-__all__ = ["QueueChange", "QueueChangeError", "plan_apply", "plan_delete"]
+__all__ = [
+    "QueueChange",
+    "QueueChangeError",
+    "plan_apply",
+    "plan_delete",
+    "queue_from_json",
+    "queue_holders",
+]
 
 
 class QueueChangeError(ValueError):
@@ -167,3 +176,20 @@ def _checked(queues: list[QueueInfo]) -> tuple[QueueInfo, ...]:
     except QueueTreeError as exc:
         raise QueueChangeError(str(exc)) from None
     return tuple(queues)
+
+
+def queue_holders(members: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
+    """(queue, workload id) pairs of live workloads -> the ids each queue holds."""
+    holders: dict[str, list[str]] = defaultdict(list)
+    for queue, wid in members:
+        holders[queue].append(wid)
+    return dict(holders)
+
+
+def queue_from_json(data: Mapping[str, Any]) -> QueueInfo:
+    """A queue as stored (dataclasses.asdict, through JSON: tuples became lists)."""
+    fields = dict(data)
+    for key in ("quota", "limit", "over_quota_weight"):
+        if key in fields:
+            fields[key] = tuple(float(x) for x in fields[key])
+    return QueueInfo(**fields)

@@ -3,11 +3,13 @@ dashboard (kept out of the engine, which decides; this only describes)."""
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Iterable
 from typing import Any
 
 from kai_ray.ray.workload import State, Workload
 
-__all__ = ["worker_signature", "workload_view"]
+__all__ = ["queue_positions", "worker_signature", "workload_view"]
 
 
 def workload_view(w: Workload, pos: tuple[int, int] | None) -> dict[str, Any]:
@@ -68,3 +70,17 @@ def worker_signature(view: dict[str, Any]) -> list[Any]:
     workload's state, and each ready worker with the time it is taken back, if it is."""
     slots = [[s["task"], s["releasing_at"]] for s in view["slots"] if s["ready"] and s["group_id"]]
     return [view["state"], slots]
+
+
+def queue_positions(live: Iterable[Workload]) -> dict[str, tuple[int, int]]:
+    """Queued workload -> (its 1-based place in its queue, the queue's length)."""
+    by_queue: dict[str, list[Workload]] = defaultdict(list)
+    for w in live:
+        if w.state is State.QUEUED:
+            by_queue[w.spec.queue].append(w)
+    positions = {}
+    for ws in by_queue.values():
+        ws.sort(key=lambda w: (-w.spec.priority, w.created_at, w.id))
+        for i, w in enumerate(ws):
+            positions[w.id] = (i + 1, len(ws))
+    return positions

@@ -156,6 +156,19 @@ class Workload:
         self.retry_at = now + wait
         return wait
 
+    def next_deadline(self) -> float | None:
+        """When this workload next needs the loop without anyone asking: the end of its
+        grace period, a surplus worker's release, or its admission retry."""
+        if self.state is State.PREEMPTING:
+            return self.deadline
+        if self.state is State.QUEUED:
+            return self.retry_at
+        if self.state is State.RUNNING:
+            return min(
+                (s.releasing_at for s in self.slots.values() if s.releasing_at is not None), default=None
+            )
+        return None
+
     def waiting_to_retry(self, now: float) -> bool:
         """True while backing off; once the wait is over, clears it (and says False)."""
         if self.retry_at is not None and now >= self.retry_at:

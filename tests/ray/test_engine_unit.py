@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -34,11 +35,15 @@ def test_transition_table_refuses_impossible_moves() -> None:
         ({"strategy": "WHEREVER"}, "strategy='WHEREVER'"),
         ({"workers": 2, "min_workers": 3}, "min_workers <= workers"),
         ({"kind": "job"}, "a job needs an entrypoint"),
+        # Two nodes of 4 GPUs: 3 workers of 4 GPUs can never start together.
+        ({"workers": 3}, "gang of 3 tasks (4 GPUs, 1 CPU each) cannot fit in this cluster as it is"),
+        ({"workers": 3, "strategy": "STRICT_SPREAD", "resources_per_worker": {"GPU": 1}}, "cannot fit"),
+        ({"workers": 2, "strategy": "STRICT_PACK"}, "even empty one node holds at most 1 such task"),
     ],
 )
 def test_bad_workloads_are_refused_with_the_fix(kw: dict[str, Any], message: str) -> None:
     engine, _, _ = make()
-    with pytest.raises(SubmitError, match=message.replace("(", r"\(")):
+    with pytest.raises(SubmitError, match=re.escape(message)):
         engine.submit("w", spec(**kw), 0)
     assert engine.workloads == {}
 

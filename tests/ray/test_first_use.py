@@ -175,3 +175,17 @@ def test_init_adds_queues_and_says_what_it_changed(start_scheduler: Any, capsys:
     sched.cancel(wid)
     code, out, _ = cli(capsys, "queue", "apply", "-f", str(only_ml), "--prune")
     assert code == 0 and out.strip() == "queues: unchanged ml; removed team-b"
+
+
+def test_an_id_used_by_a_forgotten_workload_is_not_mistaken_for_it(start_scheduler: Any, capsys: Any) -> None:
+    from .conftest import reset_scheduler
+
+    start_scheduler(QUEUE)
+    submit(capsys, "--submission-id", "again", "--", sys.executable, "-c", "print('first')")
+    wait_until(lambda: state_of("again") == "Succeeded", timeout=90)
+    reset_scheduler()  # the scheduler's state is gone; Ray still has the job again-1
+    start_scheduler(QUEUE)
+    submit(capsys, "--submission-id", "again", "--", sys.executable, "-c", "print('second')")
+    wait_until(lambda: state_of("again") == "Failed", timeout=90)
+    reason = kai_ray.get_scheduler().info("again")["reason"]
+    assert "Ray already has a job again-1 from an earlier workload with the id 'again'" in reason

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+import kai_ray
 from kai_ray.api.workloads import make_spec
 
 from .conftest import GPU_NODES, groups_of, wait_until
@@ -51,12 +52,20 @@ def test_strategy_decides_how_many_nodes_the_workers_use(
 
 def test_strict_spread_waits_for_a_node_per_worker_and_says_so(start_scheduler: Any) -> None:
     sched = start_scheduler(ONE_QUEUE)
-    wid = _admit(sched, "STRICT_SPREAD", workers=GPU_NODES + 1)
+    # More workers than GPU nodes can never spread one per node: refused at submit.
+    with pytest.raises(kai_ray.SubmitError, match=r"cannot fit in this cluster as it is.*one per node"):
+        _admit(sched, "STRICT_SPREAD", workers=GPU_NODES + 1)
+    full = _admit(sched, "PACK", workers=4)  # one node's 4 GPUs
+    wait_until(lambda: sched.info(full)["state"] == "Running", what=lambda: sched.info(full))
+    wid = _admit(sched, "STRICT_SPREAD", workers=GPU_NODES)
     wait_until(
         lambda: "must spread one task per node" in sched.info(wid)["reason"], what=lambda: sched.info(wid)
     )
     assert sched.info(wid)["state"] == "Queued" and not groups_of(wid)
-    # SPREAD is a preference: the same request starts, doubling up on one node.
-    loose = _admit(sched, "SPREAD", workers=GPU_NODES + 1)
+    sched.cancel(wid)
+    # SPREAD is a preference, as even as the room allows: 4 workers on the 2 free nodes, 2 + 2.
+    loose = _admit(sched, "SPREAD", workers=4)
     wait_until(lambda: sched.info(loose)["state"] == "Running", what=lambda: sched.info(loose))
-    assert len(set(sched.info(loose)["nodes"])) == GPU_NODES
+    nodes = sched.info(loose)["nodes"]
+    assert sorted(nodes.count(n) for n in set(nodes)) == [2, 2]
+    wait_until(lambda: _ray_nodes(loose) == set(nodes), what=lambda: (_ray_nodes(loose), nodes))

@@ -1,0 +1,46 @@
+"""The decorator's options, without a cluster: Ray's resource names per worker, and
+mistakes caught where they are written."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import kai_ray
+from kai_ray.api.workloads import make_spec
+
+
+@pytest.mark.parametrize(
+    ("options", "resources"),
+    [
+        ({}, {"CPU": 1}),  # a worker takes one CPU when nothing is said, as a Ray task does
+        ({"num_gpus": 1}, {"CPU": 1, "GPU": 1}),
+        ({"num_gpus": 0.5, "num_cpus": 2, "memory": "4Gi"}, {"CPU": 2, "GPU": 0.5, "memory": "4Gi"}),
+        ({"num_cpus": 0, "resources": {"fpga": 1}}, {"CPU": 0, "fpga": 1}),
+        ({"resources_per_worker": {"GPU": 1}}, {"GPU": 1}),
+        ({"resources_per_worker": {"GPU": 1}, "resources": {"fpga": 2}}, {"GPU": 1, "fpga": 2}),
+    ],
+)
+def test_a_workers_resources_in_rays_names(options: dict[str, Any], resources: dict[str, Any]) -> None:
+    assert make_spec("a", **options).resources_per_worker == resources
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"num_gpu": 1}, "unknown option 'num_gpu'; the options are"),
+        ({"num_gpus": 1, "resources_per_worker": {"GPU": 2}}, "GPU is given twice"),
+        ({"resources": {"GPU": 1}}, "use num_gpus= for GPU, as in Ray"),
+    ],
+)
+def test_mistakes_are_caught_at_the_decorator(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(TypeError, match=message):
+        kai_ray.workload(queue="a", **options)(print)
+
+
+def test_options_are_checked_too() -> None:
+    fn = kai_ray.workload(queue="a", num_gpus=1)(print)
+    with pytest.raises(TypeError, match="unknown option 'gpus'"):
+        fn.options(gpus=2)
+    assert fn.options(num_gpus=2)._spec_kwargs["num_gpus"] == 2
