@@ -183,8 +183,11 @@ def upload_runtime_env(runtime_env: dict[str, Any], address: str | None = None) 
         raise ValueError(
             f"cannot upload the job's files: Ray's job server is not reachable ({exc})"
         ) from None
-    client._upload_working_dir_if_needed(env)  # the SDK's own upload, as `ray job submit`
-    client._upload_py_modules_if_needed(env)
+    try:  # the SDK's own upload, as `ray job submit` does it
+        client._upload_working_dir_if_needed(env)
+        client._upload_py_modules_if_needed(env)
+    except (ValueError, TypeError, OSError, RuntimeError) as exc:
+        raise ValueError(f"runtime_env: uploading the job's files failed: {_first_line(str(exc))}") from None
     return env
 
 

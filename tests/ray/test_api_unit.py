@@ -3,6 +3,7 @@ mistakes caught where they are written."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -44,3 +45,19 @@ def test_options_are_checked_too() -> None:
     with pytest.raises(TypeError, match="unknown option 'gpus'"):
         fn.options(gpus=2)
     assert fn.options(num_gpus=2)._spec_kwargs["num_gpus"] == 2
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"working_dir": "/no/such/dir"}, "working_dir '/no/such/dir': no such directory here"),
+        ({"env_vars": {"A": 1}}, "runtime_env['env_vars'] must be of type Dict[str, str]"),
+        ({"pip": 3}, "runtime_env['pip'] must be of type str or List[str]"),
+        ({"py_modules": ["/no/such/module"]}, "/no/such/module is not a valid path"),
+    ],
+)
+def test_a_jobs_runtime_env_is_checked_where_it_is_submitted(env: dict[str, Any], message: str) -> None:
+    from kai_ray.ray.jobs import upload_runtime_env
+
+    with pytest.raises(ValueError, match=re.escape(message)):
+        upload_runtime_env(env)
