@@ -219,17 +219,22 @@ class SchedulerEngine:
 
     def progress(self, now: float) -> None:
         for w in list(self.workloads.values()):
-            if w.state in HOLDING:
-                with self._isolated(w, now, "admitting it"):
-                    self._progress_one(w, now)
+            self._progress_one(w, now)
 
     def _progress_one(self, w: Workload, now: float) -> None:
+        """One workload's step, isolated from the others'. A running workload is never
+        stopped because looking at it failed: the next pass looks again."""
         if w.state is State.ADMITTING:
-            self._progress_admitting(w, now)
+            with self._isolated(w, now, "admitting it"):
+                self._progress_admitting(w, now)
         elif w.state is State.RUNNING:
-            self._progress_running(w, now)
+            try:
+                self._progress_running(w, now)
+            except Exception:
+                log.exception("workload %s: following it failed; it keeps running", w.id)
         elif w.state is State.PREEMPTING and w.deadline is not None and w.deadline <= now:
-            self._end_preemption(w, now)
+            with self._isolated(w, now, "stopping it"):
+                self._end_preemption(w, now)
 
     def reap_orphans(self, dead_jobs: set[str], now: float) -> list[str]:
         """Cancel function and block workloads whose submitting driver has exited: nobody
@@ -251,8 +256,7 @@ class SchedulerEngine:
         """A group became ready: progress only its workload (cheap, for low latency)."""
         w = self.workloads.get(group.removeprefix(GROUP_PREFIX).split("/")[0])
         if w is not None and group in w.groups() and w.state in (State.ADMITTING, State.RUNNING):
-            with self._isolated(w, now, "admitting it"):
-                self._progress_one(w, now)
+            self._progress_one(w, now)
 
     def cycle(self, now: float) -> CycleResult:
         # A workload backing off after failed admissions sits this cycle out, keeping its
@@ -469,7 +473,7 @@ class SchedulerEngine:
         for task, s in list(w.slots.items()):
             gone = s.node not in self.nodes
             if s.surplus and (gone or (s.releasing_at is not None and s.releasing_at <= now)):
-                self.backend.remove(s.group)
+                self._quietly(w, self.backend.remove, s.group)  # left behind: the orphan sweep
                 del w.slots[task]
                 w.group_ids.pop(s.group, None)
                 self._touch(w)

@@ -149,3 +149,21 @@ def test_the_same_id_is_the_same_workload_or_refused() -> None:
     assert again is first  # a retried call
     with pytest.raises(SubmitError, match="workload id 'w' is taken by another workload"):
         engine.submit("w", spec(resources_per_worker={"GPU": 2}), 2)
+
+
+def test_a_running_workload_is_not_stopped_because_looking_at_it_failed() -> None:
+    engine, backend, _ = make()
+    engine.submit("w", spec(workers=4, min_workers=2, resources_per_worker=GPU1), 0)
+    engine.step(1)
+    engine.step(2)
+    w = engine.workloads["w"]
+    assert w.state is State.RUNNING and len(w.slots) == 4
+    for s in w.slots.values():
+        s.ready = False  # surplus not seen ready yet: the next pass asks Ray again
+
+    def busy(name: str) -> bool:
+        raise RuntimeError("GCS busy")
+
+    backend.is_ready = busy  # type: ignore[method-assign]
+    engine.step(3)
+    assert w.state is State.RUNNING and w.preemptions == 0 and len(backend.groups) == 3
