@@ -3,7 +3,8 @@
 Each package contributes its subcommands through `add_commands(subparsers)`; a
 subcommand sets `func` (via `set_defaults`) to a callable taking the parsed arguments
 and returning the exit status. Mistakes a user makes (a bad file, a wrong path) are
-raised as ConfigError and printed as one line on stderr with exit status 2.
+raised as ConfigError (or CommandFailed: no scheduler runs, an unknown workload) and
+printed as one line on stderr with exit status 2.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import NoReturn
 
 from kai_ray import __version__
 from kai_ray.api import commands as api_commands
+from kai_ray.api.cliutil import CommandFailed
 from kai_ray.bench import commands as bench_commands
 from kai_ray.config.errors import ConfigError
 from kai_ray.scenario import commands as scenario_commands
@@ -57,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         return int(func(args))
-    except ConfigError as e:
+    except (ConfigError, CommandFailed) as e:
         print(f"kai-ray: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

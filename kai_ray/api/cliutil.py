@@ -14,11 +14,13 @@ from typing import Any
 __all__ = [
     "EXIT_ERROR",
     "NO_SCHEDULER",
+    "CommandFailed",
     "add_common",
     "connect",
     "fail",
     "on_workload",
     "output",
+    "running_scheduler",
     "usage",
 ]
 
@@ -27,6 +29,11 @@ NO_SCHEDULER = (
     "no kai-ray scheduler runs on this cluster; start one with "
     "`kai-ray start [--queues QUEUES.yaml]` (or kai_ray.init() in a driver)"
 )
+
+
+class CommandFailed(Exception):
+    """A command cannot do what was asked; the message says why and what to do. The
+    `kai-ray` entry point prints it as one line and exits with status 2."""
 
 
 def add_common(p: argparse.ArgumentParser) -> None:
@@ -69,6 +76,14 @@ def connect(address: str | None) -> Any:
         return None
 
 
+def running_scheduler(address: str | None) -> Any:
+    """The scheduler client for the cluster at `address`; CommandFailed when none runs."""
+    sched = connect(address)
+    if sched is None:
+        raise CommandFailed(NO_SCHEDULER)
+    return sched
+
+
 def output(args: argparse.Namespace, data: Any, text: str) -> int:
     print(json.dumps(data, indent=2, default=str) if args.json else text)
     return 0
@@ -80,11 +95,9 @@ def on_workload(
     render: Callable[[dict[str, Any]], str],
 ) -> int:
     """A command on one workload: an unknown id is a clear error, not a traceback."""
-    sched = connect(args.address)
-    if sched is None:
-        return fail(NO_SCHEDULER)
+    sched = running_scheduler(args.address)
     try:
         info = call(sched)
     except KeyError as exc:
-        return fail(str(exc.args[0]))
+        raise CommandFailed(str(exc.args[0])) from None
     return output(args, info, render(info))

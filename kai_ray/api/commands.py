@@ -11,7 +11,7 @@ import argparse
 from typing import Any
 
 from kai_ray.api import jobcommands
-from kai_ray.api.cliutil import NO_SCHEDULER, add_common, connect, fail, on_workload, output, usage
+from kai_ray.api.cliutil import add_common, connect, fail, on_workload, output, running_scheduler, usage
 
 __all__ = ["add_commands"]
 
@@ -130,9 +130,7 @@ def _queue_apply(args: argparse.Namespace) -> int:
 def _queue_delete(args: argparse.Namespace) -> int:
     from kai_ray.ray.queueadmin import QueueChangeError
 
-    sched = connect(args.address)
-    if sched is None:
-        return fail(NO_SCHEDULER)
+    sched = running_scheduler(args.address)
     try:
         change = sched.delete_queues(args.names)
     except QueueChangeError as exc:
@@ -143,9 +141,7 @@ def _queue_delete(args: argparse.Namespace) -> int:
 def _queue_list(args: argparse.Namespace) -> int:
     from kai_ray.api.render import queue_table
 
-    sched = connect(args.address)
-    if sched is None:
-        return fail(NO_SCHEDULER)
+    sched = running_scheduler(args.address)
     rows = sched.queues()
     return output(args, rows, queue_table(rows))
 
@@ -153,9 +149,7 @@ def _queue_list(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     from kai_ray.api.render import status_text, workload_table
 
-    sched = connect(args.address)
-    if sched is None:
-        return fail(NO_SCHEDULER)
+    sched = running_scheduler(args.address)
     status = sched.status()
     live = sched.list(include_finished=False)
     status["live_workloads"] = live

@@ -16,7 +16,7 @@ import sys
 import time
 from typing import Any
 
-from kai_ray.api.cliutil import NO_SCHEDULER, add_common, connect, fail, output, usage
+from kai_ray.api.cliutil import CommandFailed, add_common, fail, output, running_scheduler, usage
 
 __all__ = ["add_commands"]
 
@@ -122,9 +122,7 @@ def _submit(args: argparse.Namespace) -> int:
         )
     except (ValueError, UnknownPriorityClassError, ConfigError) as exc:
         return fail(f"job submit: {exc}")
-    sched = connect(args.address)
-    if sched is None:
-        return fail(NO_SCHEDULER)
+    sched = running_scheduler(args.address)
     try:
         wid = sched.submit(spec, wid=args.submission_id)
     except SubmitError as exc:
@@ -174,9 +172,7 @@ def _priority(text: str) -> str | int:
 def _list(args: argparse.Namespace) -> int:
     from kai_ray.api.render import table
 
-    sched = connect(args.address)
-    if sched is None:
-        return fail(NO_SCHEDULER)
+    sched = running_scheduler(args.address)
     jobs = [w for w in sched.list() if w["kind"] == "job"]
     rows = [
         [
@@ -197,17 +193,15 @@ def _list(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- one job
 
 
-def _job(args: argparse.Namespace) -> tuple[Any, dict[str, Any]] | int:
-    """(scheduler, info) of the job named by args.id, or the exit status of an error."""
-    sched = connect(args.address)
-    if sched is None:
-        return fail(NO_SCHEDULER)
+def _job(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+    """(scheduler, info) of the job named by args.id."""
+    sched = running_scheduler(args.address)
     try:
         info = sched.info(args.id)
     except KeyError as exc:
-        return fail(str(exc.args[0]))
+        raise CommandFailed(str(exc.args[0])) from None
     if info["kind"] != "job":
-        return fail(f"{args.id} is a {info['kind']} workload, not a job; `kai-ray explain {args.id}`")
+        raise CommandFailed(f"{args.id} is a {info['kind']} workload, not a job; `kai-ray explain {args.id}`")
     return sched, info
 
 
@@ -231,10 +225,7 @@ def _attempts(client: Any, info: dict[str, Any]) -> list[tuple[str, Any]]:
 
 
 def _status(args: argparse.Namespace) -> int:
-    found = _job(args)
-    if isinstance(found, int):
-        return found
-    _, info = found
+    _, info = _job(args)
     ray_jobs = [
         {"submission_id": sid, "status": str(d.status.value), "message": d.message or ""}
         for sid, d in _attempts(_ray_jobs(), info)
@@ -249,20 +240,14 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _stop(args: argparse.Namespace) -> int:
-    found = _job(args)
-    if isinstance(found, int):
-        return found
-    sched, info = found
+    sched, info = _job(args)
     after = sched.cancel(info["id"])
     ray_job = f"; Ray job {info['submission_id']} stopped" if info["submission_id"] else ""
     return output(args, after, f"{after['id']}: {after['state']}{ray_job}")
 
 
 def _logs(args: argparse.Namespace) -> int:
-    found = _job(args)
-    if isinstance(found, int):
-        return found
-    sched, info = found
+    sched, info = _job(args)
     client = _ray_jobs()
     attempts = _attempts(client, info)
     # Following: attempts that ended are printed now, the live one is tailed below.

@@ -113,6 +113,7 @@ def test_follow_and_stop(start_scheduler: Any, capsys: Any, tmp_path: Path) -> N
 
     jobs = JobSubmissionClient(ray.get_runtime_context().gcs_address)
     wait_until(lambda: jobs.get_job_status(f"{wid}-1").value == "STOPPED", timeout=30)
+    flag.write_text("")  # should Ray's stop ever miss the process, it ends by itself
 
 
 NOTICE_JOB = """\
