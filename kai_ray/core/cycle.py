@@ -48,11 +48,18 @@ class UnknownActionError(ValueError):
 
 
 def run_cycle(
-    snapshot: ClusterSnapshot, config: SchedulerConfig, now: float, policy: Policy = DEFAULT_POLICY
+    snapshot: ClusterSnapshot,
+    config: SchedulerConfig,
+    now: float,
+    policy: Policy = DEFAULT_POLICY,
+    *,
+    pause_gc: bool = False,
 ) -> CycleResult:
     """Decide one cycle. Pure: the snapshot is not modified; same input, same output.
-    `policy` swaps the ordering and reclaim rules without touching the actions."""
-    with paused_collection():
+    `policy` swaps the ordering and reclaim rules without touching the actions.
+    `pause_gc`: pause Python's cyclic garbage collector for the cycle (paused_collection);
+    it is process state, so only the caller may choose it."""
+    with paused_collection() if pause_gc else contextlib.nullcontext():
         ctx = prepare_cycle(snapshot, config, now, policy)
         for name in config.actions:
             run_action(ctx, name)
@@ -67,8 +74,12 @@ def paused_collection() -> Iterator[None]:
     while tens of thousands of tasks are alive, and every full collection those
     allocations trigger walks all of them: about 15% of allocate at 10,000 nodes. The
     cycle itself makes little cyclic garbage (the previous cycle's state is freed by the
-    caller), so collection waits until the cycle is decided, then resumes on the
-    collector's usual schedule. Reference counting frees everything else as usual."""
+    caller), so collection may wait until the cycle is decided, then resume on the
+    collector's usual schedule. Reference counting frees everything else as usual.
+
+    The collector's switch is the whole process's: a caller that runs other threads (an
+    actor serving requests) decides whether they may go without collection meanwhile, so
+    run_cycle pauses it only when asked (pause_gc=True); the benchmarks do."""
     enabled = gc.isenabled()
     gc.disable()
     try:
