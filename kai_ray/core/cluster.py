@@ -183,6 +183,14 @@ class Job:
     def running(self) -> list[Task]:
         return [t for t in self.tasks if t.status is TaskStatus.RUNNING]
 
+    def running_since(self) -> float:
+        """When its earliest running task started (0 when none runs)."""
+        return min((t.since for t in self.tasks if t.status is TaskStatus.RUNNING), default=0.0)
+
+    def missing(self) -> list[Task]:
+        """The pending tasks its gang still misses (fewer when fewer are pending)."""
+        return self.pending()[: max(0, self.gang - self.active_count)]
+
 
 @dataclass(slots=True)
 class ClusterState:

@@ -26,8 +26,7 @@ class CycleContext:
     now: float
     total: FloatArray  # cluster capacity per queue resource [gpu, cpu, memory]
     placer: Placer
-    stmt: Statement
-    reasons: dict[str, str] = field(default_factory=dict)  # job -> why it still waits
+    stmt: Statement  # every change of the cycle, why each job waits included
     policy: Policy = DEFAULT_POLICY
     rows: ShareRows | None = None
     # A job's next request, while it waits in a JobQueues (its tasks do not change there).
@@ -41,6 +40,10 @@ class CycleContext:
     def job_queues(self, jobs: list[Job]) -> JobQueues:
         """The jobs in policy order, queue by queue."""
         return JobQueues(self.state, self.rank, jobs, self.policy.job_order, self.forget)
+
+    def waiting_gangs(self) -> JobQueues:
+        """Jobs whose gang is still incomplete, in policy order (the actions that evict)."""
+        return self.job_queues([j for j in self.state.jobs if j.active_count < j.gang and j.pending()])
 
     def forget(self, job: Job) -> None:
         self._next_amount.pop(id(job), None)

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from kai_ray.core.allocate import allocate
-from kai_ray.core.cluster import ClusterState, FloatArray, build_state
+from kai_ray.core.cluster import ClusterState, FloatArray, Job, build_state
 from kai_ray.core.context import CycleContext
 from kai_ray.core.evictions import EVICTION_ACTIONS
 from kai_ray.core.fairshare import FairShares, compute_fair_shares
@@ -21,6 +21,7 @@ from kai_ray.core.model import (
     Evict,
     Pipeline,
     QueueStatus,
+    Reason,
     SchedulerConfig,
     TaskStatus,
 )
@@ -56,7 +57,7 @@ def run_cycle(
     pause_gc: bool = False,
 ) -> CycleResult:
     """Decide one cycle. Pure: the snapshot is not modified; same input, same output.
-    `policy` swaps the ordering and reclaim rules without touching the actions.
+    `policy` swaps the ordering and eligibility rules without touching the actions.
     `pause_gc`: pause Python's cyclic garbage collector for the cycle (paused_collection);
     it is process state, so only the caller may choose it."""
     with paused_collection() if pause_gc else contextlib.nullcontext():
@@ -122,11 +123,14 @@ def run_action(ctx: CycleContext, name: str) -> None:
 
 def finish_cycle(ctx: CycleContext) -> CycleResult:
     state = ctx.state
+    waiting = _waiting(ctx)
     return CycleResult(
         decisions=_decisions(state),
-        pending_reasons=_pending_reasons(ctx),
+        pending_reasons={job: reason.text for job, reason in waiting.items()},
         queues=_queue_status(state, ctx.shares),
         invalid=dict(state.invalid),
+        queue_order=_queue_order(ctx),
+        waiting=waiting,
     )
 
 
@@ -162,17 +166,30 @@ def _decisions(state: ClusterState) -> list[Decision]:
     return out
 
 
-def _pending_reasons(ctx: CycleContext) -> dict[str, str]:
-    reasons: dict[str, str] = {}
+def _waiting(ctx: CycleContext) -> dict[str, Reason]:
+    """Every job left with pending tasks (and every invalid job) -> why it waits."""
+    said = ctx.stmt.reasons
+    untried = Reason("not-tried", "not tried this cycle" if ctx.config.actions else "no actions configured")
+    reasons: dict[str, Reason] = {}
     for job in ctx.state.jobs:
-        if not job.pending():
-            continue
-        reason = ctx.reasons.get(job.name)
-        if reason is None:
-            reason = "not tried this cycle" if ctx.config.actions else "no actions configured"
-        reasons[job.name] = reason
-    reasons.update(ctx.state.invalid)
+        if job.pending_count:
+            reasons[job.name] = said.get(job.name, untried)
+    for name, text in ctx.state.invalid.items():
+        reasons[name] = Reason("invalid", text)
     return reasons
+
+
+def _queue_order(ctx: CycleContext) -> dict[str, tuple[str, ...]]:
+    """Per leaf queue, its jobs with pending tasks in the order allocate would serve them
+    next: the policy's job order on the state the cycle ends with (a stable sort, so
+    ties keep the snapshot's order, as in JobQueues)."""
+    tree = ctx.state.tree
+    lines: dict[int, list[Job]] = {q: [] for q in range(len(tree)) if tree.is_leaf[q]}
+    for job in ctx.state.jobs:
+        if job.pending_count:
+            lines[job.queue].append(job)
+    key = ctx.policy.job_order
+    return {tree.names[q]: tuple(j.name for j in sorted(jobs, key=key)) for q, jobs in lines.items()}
 
 
 def _queue_status(state: ClusterState, shares: FairShares) -> dict[str, QueueStatus]:

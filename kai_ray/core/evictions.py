@@ -1,110 +1,151 @@
-"""The actions that take capacity back: consolidation, reclaim, preempt, stale gangs.
+"""The actions that take capacity back from running work: reclaim (between queues),
+preempt (inside one queue) and stale-gang eviction. Consolidation: consolidation.py.
 
-Each action walks the pending jobs in queue order, decides which running work may be
-taken (its policy: a victim filter), and hands the search to victims.free_room_for,
-which works inside the Statement so a failed search leaves no trace.
+Reclaim and preempt walk the jobs whose gang is incomplete in queue order. For each they
+build a `Plan` (whose work it may take: the policy's eligibility hooks; how long min
+runtime protects it; what the state must keep once the job is placed) and hand it to
+`make_room`, which searches inside the Statement: a failed search leaves no trace, not
+even in the job's reason, unless what blocked it is worth saying (min runtime).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import numpy as np
 
-from kai_ray.core.allocate import ShapeKey
 from kai_ray.core.capacity import capacity_problem, describe_amount, format_resource
 from kai_ray.core.cluster import EPS, Job, Task
+from kai_ray.core.consolidation import consolidate
 from kai_ray.core.context import CycleContext
+from kai_ray.core.failures import FailedSearches, search_key
 from kai_ray.core.hooks import ReclaimSides
-from kai_ray.core.jobqueues import JobQueues
-from kai_ray.core.model import TaskStatus
-from kai_ray.core.victims import Allowed, Reason, Unit, evict_unit, free_room_for, victim_units
-from kai_ray.core.words import count
+from kai_ray.core.model import Reason, TaskStatus
+from kai_ray.core.victims import (
+    Allowed,
+    EvictReason,
+    GivingOrder,
+    Unit,
+    free_room_for,
+    victim_units,
+)
+from kai_ray.core.words import agree, count, number
 
-__all__ = ["EVICTION_ACTIONS", "consolidate", "preempt", "reclaim", "stale_gang_eviction"]
-
-
-def _waiting_gangs(ctx: CycleContext) -> JobQueues:
-    """Jobs whose gang is still incomplete, in queue order."""
-    jobs = [j for j in ctx.state.jobs if j.active_count < j.gang and j.pending()]
-    return ctx.job_queues(jobs)
-
-
-def _missing(job: Job) -> list[Task]:
-    return job.pending()[: job.gang - job.active()]
+__all__ = ["EVICTION_ACTIONS", "Plan", "make_room", "preempt", "reclaim", "stale_gang_eviction"]
 
 
-def _running_since(job: Job) -> float:
-    return min((t.since for t in job.tasks if t.status is TaskStatus.RUNNING), default=0.0)
+def _always() -> bool:
+    return True
 
 
-def _protected(ctx: CycleContext, unit: Unit, min_runtime: float) -> bool:
-    """Min runtime protects a gang, not its elastic surplus."""
-    return not unit.surplus and ctx.now - _running_since(unit.job) < min_runtime
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """How one eviction action may make room for one job."""
+
+    action: str
+    victims: Callable[[], list[Unit]]  # the candidates in victim order, built when a search runs
+    eligible: Allowed  # whether a candidate may be taken, min runtime aside
+    min_runtime: Callable[[Unit], float]  # how long a candidate is protected after it started
+    evict_reason: EvictReason
+    giving: GivingOrder | None = None  # between queues: the order queues give victims in
+    holds: Callable[[], bool] = _always  # what the state must keep once the job is placed
 
 
-class _Searches:
-    """What one eviction action knows across its pending jobs: the victim units (built
-    once; a unit evicted on the way is skipped as no longer live) and the searches that
-    failed since the last success, so an equivalent job is not searched again."""
+class _Candidates:
+    """Every unit an eviction action could take (the policy's victims), built once per
+    action and only when some job waits; a unit evicted on the way is no longer live."""
 
     def __init__(self, ctx: CycleContext) -> None:
         self.ctx = ctx
         self._units: list[Unit] | None = None
-        self.failed: set[tuple[object, ...]] = set()
 
     @property
     def units(self) -> list[Unit]:
-        if self._units is None:  # only when some job waits: most cycles have none
-            self._units = victim_units(
-                [j for j in self.ctx.state.jobs if j.info.preemptible], self.ctx.policy.victim_order
-            )
+        if self._units is None:
+            policy = self.ctx.policy
+            jobs = [j for j in self.ctx.state.jobs if policy.may_be_victim(j)]
+            self._units = victim_units(jobs, policy.victim_order)
         return self._units
 
-    def key(self, job: Job) -> tuple[object, ...]:
-        info = job.info
-        shapes = tuple(id(t.demand) for t in _missing(job))
-        return (
-            job.queue,
-            info.priority,
-            info.preemptible,
-            shapes,
-            job.selector,
-            info.topology,
-        )
 
-    def run(
-        self, ctx: CycleContext, job: Job, victims: list[Unit], allowed: Allowed, action: str, reason: Reason
-    ) -> bool:
-        key = self.key(job)
-        if key in self.failed:
+def make_room(ctx: CycleContext, job: Job, plan: Plan, failed: FailedSearches) -> bool:
+    """Place the job's missing gang, evicting what the plan allows; all or nothing."""
+    gang = job.missing()
+    if not gang or len(gang) < job.gang - job.active_count:
+        return False
+    key = search_key(job, gang, plan.action)
+    if failed.known(key):
+        _say(ctx, job, failed.reason(key))
+        return False
+    victims = plan.victims()
+    protected: list[Unit] = []  # candidates that only their min runtime kept
+
+    def allowed(u: Unit) -> bool:
+        if not plan.eligible(u):
             return False
-        if _search(ctx, job, victims, allowed, action, reason):
-            self.failed.clear()  # capacity moved: earlier failures may succeed now
-            return True
-        self.failed.add(key)
-        return False
+        if ctx.policy.min_runtime_protects(u, plan.min_runtime(u), ctx.now):
+            protected.append(u)
+            return False
+        return True
+
+    if _attempt(ctx, job, gang, victims, plan, allowed):
+        failed.clear()  # room moved: an earlier failure may succeed now
+        return True
+    reason = _min_runtime_blocks(ctx, job, gang, victims, plan) if protected else None
+    failed.add(key, reason)
+    _say(ctx, job, reason)
+    return False
 
 
-def _search(
-    ctx: CycleContext, job: Job, victims: list[Unit], allowed: Allowed, action: str, reason: Reason
+def _say(ctx: CycleContext, job: Job, reason: Reason | None) -> None:
+    if reason is not None:
+        ctx.stmt.set_reason(job.name, reason)
+
+
+def _attempt(
+    ctx: CycleContext, job: Job, gang: list[Task], victims: list[Unit], plan: Plan, allowed: Allowed
 ) -> bool:
-    gang = _missing(job)
-    if len(gang) < job.gang - job.active() or not gang:
+    """One try: the job's queue checks, room for the gang (victims where it lacks room),
+    then the plan's own rule. Rolled back unless all hold."""
+    if capacity_problem(ctx.state, ctx.shares, job, ctx.amount(gang)) is not None:
         return False
-    if capacity_problem(ctx.state, ctx.shares, job, ctx.amount(gang)):
+    start = ctx.stmt.checkpoint()
+    if not free_room_for(ctx, gang, victims, allowed, plan.action, plan.evict_reason, plan.giving):
         return False
-    if not free_room_for(ctx, gang, victims, allowed, action, reason):
+    if not plan.holds():
+        ctx.stmt.rollback(start)
         return False
     if not job.pending():
-        ctx.reasons.pop(job.name, None)
+        ctx.stmt.clear_reason(job.name)
     return True
 
 
-def _unprotected(ctx: CycleContext, min_runtime: float) -> Allowed:
-    return lambda unit: not _protected(ctx, unit, min_runtime)
+# ---------------------------------------------------------------- min runtime
 
 
-def _always(reason: str) -> Reason:
-    return lambda unit: reason
+def _min_runtime_blocks(
+    ctx: CycleContext, job: Job, gang: list[Task], victims: list[Unit], plan: Plan
+) -> Reason | None:
+    """When the search would succeed if min runtime protected nothing, that is what
+    blocks the job: say so, and when the last victim it needs may be taken."""
+    live_before = [u for u in victims if u.live()]
+    start = ctx.stmt.checkpoint()
+    if not _attempt(ctx, job, gang, victims, plan, plan.eligible):
+        return None
+    protects, now = ctx.policy.min_runtime_protects, ctx.now
+    needed = [u for u in live_before if not u.live() and protects(u, plan.min_runtime(u), now)]
+    ctx.stmt.rollback(start)
+    if not needed:
+        return None
+    wait = max(plan.min_runtime(u) - (now - u.job.running_since()) for u in needed)
+    jobs = len({id(u.job) for u in needed})
+    doing = "preempting" if plan.action == "preempt" else "reclaiming"
+    return Reason(
+        "min-runtime",
+        f"no free room; {doing} would make room, but {count(jobs, 'running job')} it would take "
+        f"{agree(jobs, 'is', 'are')} within the minimum runtime (the last for {number(wait)}s more)",
+    )
 
 
 # ---------------------------------------------------------------- preempt
@@ -112,21 +153,32 @@ def _always(reason: str) -> Reason:
 
 def preempt(ctx: CycleContext) -> None:
     """Inside one queue: lower-priority preemptible work makes room for a higher one."""
-    order = _waiting_gangs(ctx)
-    searches = _Searches(ctx)
+    order = ctx.waiting_gangs()
+    failed = FailedSearches(ctx.config.skip_failed_searches)
+    candidates = _Candidates(ctx)
     while (job := order.next_job()) is not None:
-        queue, priority = job.queue, job.info.priority
-        tree = ctx.state.tree
-        min_runtime = tree.preempt_min_runtime[queue]
-        victims = [u for u in searches.units if u.job.queue == queue and u.job.info.priority < priority]
-        reason = f"preempted by {job.name} in {tree.names[queue]}"
-        ctx.reasons.setdefault(
+        queue = ctx.state.tree.names[job.queue]
+        ctx.stmt.default_reason(
             job.name,
-            f"no free room, and no lower-priority preemptible job in queue {tree.names[queue]} "
-            "can make room for it",
+            Reason(
+                "no-room",
+                f"no free room, and no lower-priority preemptible job in queue {queue} can make room for it",
+            ),
         )
-        searches.run(ctx, job, victims, _unprotected(ctx, min_runtime), "preempt", _always(reason))
+        make_room(ctx, job, _preempt_plan(ctx, job, candidates), failed)
         order.done(job)
+
+
+def _preempt_plan(ctx: CycleContext, job: Job, candidates: _Candidates) -> Plan:
+    tree, may_preempt = ctx.state.tree, ctx.policy.may_preempt
+    reason = f"preempted by {job.name} in {tree.names[job.queue]}"
+    return Plan(
+        action="preempt",
+        victims=lambda: [u for u in candidates.units if may_preempt(job, u.job)],
+        eligible=lambda u: True,
+        min_runtime=lambda u: tree.preempt_min_runtime[u.job.queue],
+        evict_reason=lambda u: reason,
+    )
 
 
 # ---------------------------------------------------------------- reclaim
@@ -134,96 +186,60 @@ def preempt(ctx: CycleContext) -> None:
 
 def reclaim(ctx: CycleContext) -> None:
     """Between queues: a queue under its fair share takes back from queues over theirs."""
-    order = _waiting_gangs(ctx)
-    searches = _Searches(ctx)
+    order = ctx.waiting_gangs()
+    failed = FailedSearches(ctx.config.skip_failed_searches)
+    candidates = _Candidates(ctx)
+    giving = GivingOrder(ctx)
     while (job := order.next_job()) is not None:
-        _reclaim_for(ctx, job, searches)
+        _reclaim_for(ctx, job, candidates, giving, failed)
         order.done(job)
 
 
-def _reclaim_for(ctx: CycleContext, job: Job, searches: _Searches) -> bool:
-    state, shares, tree = ctx.state, ctx.shares, ctx.state.tree
-    gang = _missing(job)
+def _reclaim_for(
+    ctx: CycleContext, job: Job, candidates: _Candidates, giving: GivingOrder, failed: FailedSearches
+) -> bool:
+    state, shares, tree, policy = ctx.state, ctx.shares, ctx.state.tree, ctx.policy
+    gang = job.missing()
     if not gang:
         return False
     amount = ctx.amount(gang)
     # My side is judged as it stood before this job's tasks were placed.
     mine_before = {q: state.usage.allocated_row(q) for q in tree.ancestors[job.queue]}
-    if not _may_reclaim(ctx, job, amount):
-        ctx.reasons.setdefault(job.name, _over_share_reason(ctx, job, amount))
+    if not policy.may_reclaim(state, shares, job, amount):
+        ctx.stmt.default_reason(job.name, _over_share_reason(ctx, job, amount))
         return False
-    victims = _reverse_queue_order(ctx, [u for u in searches.units if u.job.queue != job.queue])
 
-    def allowed(u: Unit) -> bool:
-        if _protected(ctx, u, tree.reclaim_min_runtime_for(job.queue, u.job.queue)):
-            return False
+    def eligible(u: Unit) -> bool:
         lca = tree.lowest_common_ancestor(job.queue, u.job.queue)
         mine, theirs = tree.child_toward(lca, job.queue), tree.child_toward(lca, u.job.queue)
         return _may_take(ctx, mine, theirs, mine_before[mine] + amount)
 
-    def reason(u: Unit) -> str:
-        q = job.queue
-        return (
-            f"reclaimed by queue {tree.names[q]} (fair share "
-            f"{describe_amount(shares.fair_share[q])}, allocated {describe_amount(mine_before[q])})"
-        )
+    q = job.queue
+    reason = (
+        f"reclaimed by queue {tree.names[q]} (fair share "
+        f"{describe_amount(shares.fair_share[q])}, allocated {describe_amount(mine_before[q])})"
+    )
+    plan = Plan(
+        action="reclaim",
+        victims=lambda: _queue_by_queue(
+            giving, [u for u in candidates.units if policy.may_reclaim_from(job, u.job)]
+        ),
+        eligible=eligible,
+        min_runtime=lambda u: tree.reclaim_min_runtime_for(job.queue, u.job.queue),
+        evict_reason=lambda u: reason,
+        holds=lambda: policy.reclaim_keeps_bounds(state, shares, job),
+    )
+    return make_room(ctx, job, plan, failed)
 
-    checkpoint = ctx.stmt.checkpoint()
-    if not searches.run(ctx, job, victims, allowed, "reclaim", reason):
-        return False
-    if not _within_boundaries(ctx, job):
-        ctx.stmt.rollback(checkpoint)
-        return False
-    return True
 
-
-def _reverse_queue_order(ctx: CycleContext, units: list[Unit]) -> list[Unit]:
+def _queue_by_queue(giving: GivingOrder, units: list[Unit]) -> list[Unit]:
     """Victims queue by queue, the queue that would be served last giving first (as KAI
     lists reclaim victims), keeping the victim order inside each queue."""
-    tree, rows = ctx.state.tree, ctx.rows
-    assert rows is not None
-    ranks: dict[int, object] = {}
-
-    def rank(q: int) -> object:
-        if q not in ranks:
-            ranks[q] = ctx.policy.queue_rank(ctx.state, rows, q, (0.0, 0.0, 0.0))
-        return ranks[q]
-
-    def path_rank(q: int) -> tuple[object, ...]:
-        return tuple(rank(a) for a in reversed(tree.ancestors[q]))
-
-    queues = sorted({u.job.queue for u in units}, key=path_rank, reverse=True)
-    position = {q: i for i, q in enumerate(queues)}
+    position = giving.positions([u.job.queue for u in units])
     return sorted(units, key=lambda u: position[u.job.queue])
 
 
-def _may_reclaim(ctx: CycleContext, job: Job, amount: np.ndarray) -> bool:
-    """The reclaimer's queue stays within its fair share with the job (non-preemptible
-    jobs also within the deserved quota of non-preemptible work)."""
-    q, usage, shares = job.queue, ctx.state.usage, ctx.shares
-    if ((usage.allocated_row(q) + amount) > shares.fair_share[q] + EPS).any():
-        return False
-    np_after = np.array(usage.allocated_nonpreemptible[q]) + amount
-    return job.info.preemptible or not (np_after > shares.deserved[q] + EPS).any()
-
-
-def _within_boundaries(ctx: CycleContext, job: Job) -> bool:
-    """After the victims left and the job is placed, every queue on the reclaimer's path
-    stays within its fair share (the only top-level queue excepted: it is the cluster)."""
-    tree, usage, shares = ctx.state.tree, ctx.state.usage, ctx.shares
-    single_top = len(tree.roots) == 1
-    for q in tree.ancestors[job.queue]:
-        if not (single_top and tree.parent[q] < 0) and (
-            (usage.allocated_row(q) > shares.fair_share[q] + EPS).any()
-        ):
-            return False
-        nonpreemptible = np.array(usage.allocated_nonpreemptible[q])
-        if not job.info.preemptible and (nonpreemptible > shares.deserved[q] + EPS).any():
-            return False
-    return True
-
-
-def _over_share_reason(ctx: CycleContext, job: Job, amount: np.ndarray) -> str:
+def _over_share_reason(ctx: CycleContext, job: Job, amount: np.ndarray) -> Reason:
     """Names the resource that would go over (the first of gpu, cpu, memory)."""
     q = job.queue
     cannot = f"no free room, and queue {ctx.state.tree.names[q]} cannot reclaim"
@@ -231,11 +247,12 @@ def _over_share_reason(ctx: CycleContext, job: Job, amount: np.ndarray) -> str:
     share = ctx.shares.fair_share[q]
     over = [r for r in range(3) if held[r] + amount[r] > share[r] + EPS]
     if not over:  # what failed was the deserved quota of non-preemptible work
-        return f"{cannot}: its non-preemptible jobs would go over its deserved quota"
+        return Reason("queue-quota", f"{cannot}: its non-preemptible jobs would go over its deserved quota")
     r = over[0]
-    return (
+    return Reason(
+        "fair-share",
         f"{cannot}: it would go over its fair share of {format_resource(r, float(share[r]))} "
-        f"(it holds {format_resource(r, held[r])}, this job asks for {format_resource(r, float(amount[r]))})"
+        f"(it holds {format_resource(r, held[r])}, this job asks for {format_resource(r, float(amount[r]))})",
     )
 
 
@@ -250,71 +267,6 @@ def _may_take(ctx: CycleContext, mine: int, theirs: int, my_after: np.ndarray) -
             their_allocatable=shares.allocatable[theirs].tolist(),
         )
     )
-
-
-# ---------------------------------------------------------------- consolidation
-
-
-def consolidate(ctx: CycleContext) -> None:
-    """Move preemptible jobs to free room for a gang that fits in the total free
-    capacity but nowhere at once; commit only when every moved job is placed again."""
-    if "spread" in (ctx.config.gpu_placement, ctx.config.cpu_placement):
-        return  # consolidation packs; it would undo a spread placement
-    order = _waiting_gangs(ctx)
-    tried: set[ShapeKey] = set()
-    while (job := order.next_job()) is not None:
-        gang = _missing(job)
-        if gang and job.info.preemptible and _fits_in_total(ctx, job, gang):
-            key = (tuple(id(t.demand) for t in gang), job.selector)
-            if key not in tried and not _consolidate_for(ctx, job, gang):
-                tried.add(key)
-        order.done(job)
-
-
-def _fits_in_total(ctx: CycleContext, job: Job, gang: list[Task]) -> bool:
-    nodes = ctx.state.nodes
-    mask = ctx.placer.base_mask(job)
-    need = sum((t.demand for t in gang), start=np.zeros(nodes.idle.shape[1]))
-    need[0] += sum(t.fraction_on(nodes, 0) for t in gang if t.fraction_request) if len(nodes) else 0
-    free = nodes.idle[mask].sum(axis=0)
-    return bool((free + EPS >= need).all()) and not capacity_problem(
-        ctx.state, ctx.shares, job, ctx.amount(gang)
-    )
-
-
-def _consolidate_for(ctx: CycleContext, job: Job, gang: list[Task]) -> bool:
-    stmt = ctx.stmt
-    start = stmt.checkpoint()
-    preemptible = [j for j in ctx.state.jobs if j.info.preemptible and j is not job]
-    candidates = victim_units(preemptible, ctx.policy.victim_order)
-    candidates = candidates[: ctx.config.max_consolidation_preemptees]
-    reason = f"moved to defragment for {job.name}"
-    moved: list[Unit] = []
-    for unit in candidates:
-        evict_unit(ctx, unit, "consolidation", reason)
-        moved.append(unit)
-        attempt = stmt.checkpoint()
-        if ctx.placer.place_gang(stmt, job, gang, "consolidation") and _replace(ctx, moved):
-            stmt.pipeline_job(job)
-            ctx.reasons.pop(job.name, None)
-            return True
-        stmt.rollback(attempt)
-    stmt.rollback(start)
-    return False
-
-
-def _replace(ctx: CycleContext, moved: list[Unit]) -> bool:
-    """Place every moved task again, elsewhere, as pipelined (it starts once it stopped)."""
-    for unit in moved:
-        old = {t.node for t in unit.tasks}
-        mask = ctx.placer.job_mask(unit.job).copy()
-        mask[list(old)] = False
-        for t in unit.tasks:
-            spot = ctx.placer.spot(t, mask, allow_pipeline=True)
-            if spot is None:
-                return False
-            ctx.stmt.place(t, spot[0], spot[1], True, "consolidation")
-    return True
 
 
 # ---------------------------------------------------------------- stale gangs

@@ -20,6 +20,7 @@ __all__ = [
     "HOSTNAME_LABEL",
     "MEMORY",
     "NODE_ID_LABELS",
+    "REASON_CODES",
     "RESOURCES",
     "SPREAD_MODES",
     "UNLIMITED",
@@ -33,6 +34,7 @@ __all__ = [
     "Pipeline",
     "QueueInfo",
     "QueueStatus",
+    "Reason",
     "Request",
     "SchedulerConfig",
     "TaskInfo",
@@ -212,6 +214,9 @@ class SchedulerConfig:
     max_consolidation_preemptees: int = 16
     full_hierarchy_fairness: bool = True
     topologies: Mapping[str, Topology] = field(default_factory=dict)
+    # Skip a search equivalent to one that already failed in this cycle (the same
+    # placement inputs, see failures.py). Off only to check that skipping changes nothing.
+    skip_failed_searches: bool = True
 
 
 # ---------------------------------------------------------------- decisions
@@ -257,6 +262,37 @@ class QueueStatus:
     requested: tuple[float, float, float]
 
 
+# Why a job waits, as a stable identifier (docs/semantics.md lists them with a line each):
+# a backend or a person may filter on these; the words of `Reason.text` may change.
+REASON_CODES: tuple[str, ...] = (
+    "invalid",  # the job cannot be considered at all (unknown queue, ...)
+    "not-tried",  # no action of this cycle tried it
+    "gang-incomplete",  # fewer tasks left than its gang (some failed or finished)
+    "gang-too-big",  # can never fit the cluster as it is, even empty
+    "node-selector",  # no schedulable node matches its node selector
+    "topology",  # no domain of its required topology level has room
+    "spread",  # too few nodes with room hold none of its tasks (required spread)
+    "no-room",  # would fit the empty cluster, not the room free now; no victim makes room
+    "queue-limit",  # its queue, or one above it, is at its limit
+    "queue-quota",  # non-preemptible: its queue, or one above it, would go over its quota
+    "fair-share",  # reclaim would take its queue over its fair share
+    "min-runtime",  # the running jobs that would make room are within their min runtime
+)
+_CODES = frozenset(REASON_CODES)
+
+
+@dataclass(frozen=True, slots=True)
+class Reason:
+    """Why a job waits: a code from REASON_CODES and the words a person reads."""
+
+    code: str
+    text: str
+
+    def __post_init__(self) -> None:
+        if self.code not in _CODES:
+            raise ValueError(f"reason code {self.code!r} is not one of {', '.join(REASON_CODES)}")
+
+
 @dataclass(slots=True)
 class CycleResult:
     decisions: list[Decision]
@@ -265,3 +301,8 @@ class CycleResult:
     queues: dict[str, QueueStatus]
     # Jobs that could not be considered at all (unknown queue, ...) -> why.
     invalid: dict[str, str] = field(default_factory=dict)
+    # Per leaf queue, its jobs still holding pending tasks, in the order allocate serves
+    # them (the policy's job order on the state the cycle ends with): first = next in line.
+    queue_order: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # The same jobs as pending_reasons (invalid ones included) -> code and words.
+    waiting: dict[str, Reason] = field(default_factory=dict)

@@ -3,14 +3,23 @@
 The actions (allocate.py, evictions.py, victims.py) are algorithms and never import this
 module: they receive a `Policy` in the cycle context, so a rule changes here, not there.
 
+Orderings:
 - job order inside a queue: higher priority; jobs short of their gang before jobs asking
   for elastic surplus; older;
 - queue order (as KAI's proportion plugin), level by level: not over fair share first;
   starved (would stay within deserved with the job) first; higher queue priority; queues
   that would use a resource they have no allocatable share of last; smaller dominant-
   resource share with the job, then without it; smaller allocatable share; older queue;
-- victim order: elastic surplus first (last task first), lowest priority, youngest;
-- reclaim: which victim a queue may take from another (KAI's strategies).
+- victim order: elastic surplus first (last task first), lowest priority, youngest.
+
+Eligibility:
+- who may be a victim at all (preemptible jobs);
+- whom a job may preempt (its own queue, strictly lower priority) and reclaim from (other
+  queues);
+- min runtime: how long a running gang is protected (never its elastic surplus);
+- reclaim: whether a queue may reclaim at all (within its fair share with the job),
+  which victim it may take from another queue (KAI's strategies), and the bounds its
+  path must keep once the victims are gone.
 """
 
 from __future__ import annotations
@@ -18,7 +27,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from kai_ray.core.cluster import EPS, ClusterState, Job, Task
+import numpy as np
+
+from kai_ray.core.cluster import EPS, ClusterState, FloatArray, Job, Task
+from kai_ray.core.fairshare import FairShares
 from kai_ray.core.hooks import ReclaimSides, ShareRows, Unit
 
 __all__ = [
@@ -29,8 +41,14 @@ __all__ = [
     "allocate_count",
     "dominant_share",
     "job_order_key",
+    "may_be_victim",
+    "may_preempt",
+    "may_reclaim",
+    "may_reclaim_from",
+    "min_runtime_protects",
     "queue_rank",
     "reclaim_allows",
+    "reclaim_keeps_bounds",
     "tasks_to_allocate",
     "victim_order_key",
 ]
@@ -139,6 +157,59 @@ def reclaim_allows(s: ReclaimSides) -> bool:
     return mine_within and theirs_over
 
 
+# ---------------------------------------------------------------- eligibility
+
+
+def may_be_victim(job: Job) -> bool:
+    """Only preemptible jobs are ever evicted or moved to make room for another."""
+    return job.info.preemptible
+
+
+def may_preempt(preemptor: Job, victim: Job) -> bool:
+    """Preempt stays inside one queue and takes only strictly lower priority."""
+    return victim.queue == preemptor.queue and victim.info.priority < preemptor.info.priority
+
+
+def may_reclaim_from(reclaimer: Job, victim: Job) -> bool:
+    """Reclaim takes from other queues only (inside a queue, preempt decides)."""
+    return victim.queue != reclaimer.queue
+
+
+def min_runtime_protects(unit: Unit, min_runtime: float, now: float) -> bool:
+    """A gang that has run for less than its min runtime may not be taken; its elastic
+    surplus may (the job keeps running without it). Which min runtime applies (preempt:
+    the victim's queue, inherited; reclaim: below the two queues' common ancestor) is read
+    off the queue tree (queues.py)."""
+    return not unit.surplus and now - unit.job.running_since() < min_runtime
+
+
+def may_reclaim(state: ClusterState, shares: FairShares, job: Job, amount: FloatArray) -> bool:
+    """The reclaimer's queue stays within its fair share with the job (non-preemptible
+    jobs also within the deserved quota of non-preemptible work)."""
+    q, usage = job.queue, state.usage
+    if ((usage.allocated_row(q) + amount) > shares.fair_share[q] + EPS).any():
+        return False
+    np_after = np.array(usage.allocated_nonpreemptible[q]) + amount
+    return job.info.preemptible or not (np_after > shares.deserved[q] + EPS).any()
+
+
+def reclaim_keeps_bounds(state: ClusterState, shares: FairShares, job: Job) -> bool:
+    """After the victims left and the job is placed, every queue on the reclaimer's path
+    stays within its fair share (the only top-level queue excepted: it is the cluster),
+    and, for a non-preemptible job, its non-preemptible work within deserved."""
+    tree, usage = state.tree, state.usage
+    single_top = len(tree.roots) == 1
+    for q in tree.ancestors[job.queue]:
+        if not (single_top and tree.parent[q] < 0) and (
+            (usage.allocated_row(q) > shares.fair_share[q] + EPS).any()
+        ):
+            return False
+        nonpreemptible = np.array(usage.allocated_nonpreemptible[q])
+        if not job.info.preemptible and (nonpreemptible > shares.deserved[q] + EPS).any():
+            return False
+    return True
+
+
 @dataclass(frozen=True, slots=True)
 class Policy:
     """The hooks. Node scoring is configuration (binpack or spread, SchedulerConfig)."""
@@ -146,7 +217,13 @@ class Policy:
     job_order: Callable[[Job], tuple[object, ...]] = job_order_key
     queue_rank: Callable[[ClusterState, ShareRows, int, Sequence[float]], QueueRank] = queue_rank
     victim_order: Callable[[Unit], tuple[object, ...]] = victim_order_key
+    may_be_victim: Callable[[Job], bool] = may_be_victim
+    may_preempt: Callable[[Job, Job], bool] = may_preempt
+    may_reclaim_from: Callable[[Job, Job], bool] = may_reclaim_from
+    min_runtime_protects: Callable[[Unit, float, float], bool] = min_runtime_protects
+    may_reclaim: Callable[[ClusterState, FairShares, Job, FloatArray], bool] = may_reclaim
     reclaim_allows: Callable[[ReclaimSides], bool] = reclaim_allows
+    reclaim_keeps_bounds: Callable[[ClusterState, FairShares, Job], bool] = reclaim_keeps_bounds
 
 
 DEFAULT_POLICY = Policy()

@@ -1,4 +1,5 @@
-"""Why a job could not be placed, in words a person understands, naming the constraint."""
+"""Why a job could not be placed, in words a person understands, naming the constraint,
+with the reason's code (model.REASON_CODES) beside the words."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import numpy as np
 
 from kai_ray.core.cluster import EPS, Job, Task
 from kai_ray.core.emptyfit import gang_problem, room_when_empty
+from kai_ray.core.model import Reason
 from kai_ray.core.placement import Placer
 from kai_ray.core.words import agree, count, describe_request, gang_words, level_noun, number
 
@@ -19,7 +21,7 @@ def never_fits(placer: Placer, task: Task, mask: np.ndarray) -> bool:
     return room_when_empty(placer.state.nodes, task.request, mask, "", None).tasks == 0
 
 
-def explain_unplaced(placer: Placer, tasks: Sequence[Task]) -> str:
+def explain_unplaced(placer: Placer, tasks: Sequence[Task]) -> Reason:
     """The constraint that blocked placing `tasks` (a gang, or one elastic task)."""
     job = tasks[0].job
     mask = placer.base_mask(job)
@@ -27,22 +29,23 @@ def explain_unplaced(placer: Placer, tasks: Sequence[Task]) -> str:
     if not mask.any():
         if selector:
             wanted = ", ".join(f"{k}={v}" for k, v in sorted(selector.items()))
-            return f"no schedulable node matches nodeSelector {wanted}"
-        return "no schedulable node in the cluster"
+            return Reason("node-selector", f"no schedulable node matches nodeSelector {wanted}")
+        return Reason("node-selector", "no schedulable node in the cluster")
     task = tasks[0]
     if job.active() < job.gang:  # `tasks` are what the gang misses: could it ever start?
         problem = _gang_never_fits(placer, job, tasks, mask)
         if problem:
-            return problem
+            return Reason("gang-too-big", problem)
     if never_fits(placer, task, mask):  # an elastic task (a gang's was caught above)
-        return f"each task asks for {describe_request(task.request)}: no node is that large, even when empty"
+        text = f"each task asks for {describe_request(task.request)}: no node is that large, even when empty"
+        return Reason("gang-too-big", text)
     gang = gang_words(len(tasks), task.request)
     constraint = job.info.topology
     if constraint is not None and constraint.required:
-        return _topology_reason(placer, tasks, mask, constraint.required, gang)
+        return Reason("topology", _topology_reason(placer, tasks, mask, constraint.required, gang))
     if job.info.spread == "required":
-        return _spread_reason(placer, job, task, mask, gang)
-    return _room_reason(placer, task, mask, gang)
+        return Reason("spread", _spread_reason(placer, job, task, mask, gang))
+    return Reason("no-room", _room_reason(placer, task, mask, gang))
 
 
 def _gang_never_fits(placer: Placer, job: Job, missing: Sequence[Task], mask: np.ndarray) -> str:

@@ -3,7 +3,8 @@
 Every action changes the state only through a Statement. A victim search or a gang
 placement that fails rolls back to its checkpoint and leaves no trace; the decisions of
 the cycle are read off the tasks at the end (see cycle.py), so only what survived is
-ever emitted.
+ever emitted. Why a job still waits is state of the cycle too, kept here: a search that
+is rolled back takes back what it said about the job (see set_reason).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Callable
 import numpy as np
 
 from kai_ray.core.cluster import EPS, ClusterState, Device, Job, Task
-from kai_ray.core.model import TaskStatus
+from kai_ray.core.model import Reason, TaskStatus
 
 __all__ = ["Statement"]
 
@@ -26,6 +27,7 @@ class Statement:
         self.state = state
         self._undo: list[Undo] = []
         self.pipelined = 0  # placements onto releasing capacity that stand (undo takes back)
+        self.reasons: dict[str, Reason] = {}  # job -> why it still waits
 
     # ------------------------------------------------------------ transactions
 
@@ -39,6 +41,34 @@ class Statement:
     def commit(self) -> None:
         """Keep everything done so far: no rollback can reach behind this point."""
         self._undo.clear()
+
+    # ------------------------------------------------------------ reasons
+
+    def set_reason(self, job: str, reason: Reason) -> None:
+        """Say why the job waits. Undoable like a placement, so a search that fails and
+        rolls back leaves the reason as it was before the search."""
+        previous = self.reasons.get(job)
+        if previous is reason:
+            return
+        self.reasons[job] = reason
+        self._undo.append(functools.partial(self._restore_reason, job, previous))
+
+    def default_reason(self, job: str, reason: Reason) -> None:
+        """Set a reason only where no earlier one says more (an earlier action's)."""
+        if job not in self.reasons:
+            self.set_reason(job, reason)
+
+    def clear_reason(self, job: str) -> None:
+        """The job no longer waits (its last pending task was placed)."""
+        previous = self.reasons.pop(job, None)
+        if previous is not None:
+            self._undo.append(functools.partial(self._restore_reason, job, previous))
+
+    def _restore_reason(self, job: str, previous: Reason | None) -> None:
+        if previous is None:
+            self.reasons.pop(job, None)
+        else:
+            self.reasons[job] = previous
 
     # ------------------------------------------------------------ operations
 

@@ -7,6 +7,9 @@ needing the least extra room is freed by evicting victims in victim order (elast
 surplus first, lowest priority, youngest), and the set is then minimised (each victim
 is dropped again if the task still fits without it), so evictions are few and only
 ever on nodes the pending job can use.
+
+Between queues (reclaim) the victim order is also dynamic: victims come from the queue
+that gives first *as the queues stand now*, re-ranked after every victim (GivingOrder).
 """
 
 from __future__ import annotations
@@ -21,9 +24,23 @@ from kai_ray.core.context import CycleContext
 from kai_ray.core.hooks import Unit
 from kai_ray.core.model import TaskStatus
 
-__all__ = ["MAX_NODES_TRIED", "Allowed", "Reason", "Unit", "evict_unit", "free_room_for", "victim_units"]
+__all__ = [
+    "MAX_NODES_TRIED",
+    "Allowed",
+    "EvictReason",
+    "GivingOrder",
+    "Unit",
+    "evict_unit",
+    "free_room_for",
+    "keep_fewest",
+    "next_victim",
+    "victim_units",
+]
 
 MAX_NODES_TRIED = 64  # nodes tried per task before the search gives up
+
+Allowed = Callable[[Unit], bool]
+EvictReason = Callable[[Unit], str]
 
 
 def victim_units(jobs: Sequence[Job], order: Callable[[Unit], Any]) -> list[Unit]:
@@ -54,8 +71,79 @@ def evict_unit(ctx: CycleContext, unit: Unit, action: str, reason: str) -> None:
             ctx.stmt.evict(t, action, reason)
 
 
-Allowed = Callable[[Unit], bool]
-Reason = Callable[[Unit], str]
+class GivingOrder:
+    """The order in which queues give victims, as they stand now: the queue that would be
+    served last gives first (KAI's victim queue is its queue order reversed), compared
+    level by level down the tree. A queue's rank depends on its own usage only, so ranks
+    are cached per queue and recomputed when its usage changed (a victim left it)."""
+
+    def __init__(self, ctx: CycleContext) -> None:
+        self.ctx = ctx
+        self._ranks: dict[int, tuple[list[float], Any]] = {}
+
+    def _rank(self, q: int) -> Any:
+        row = self.ctx.state.usage.allocated[q]
+        cached = self._ranks.get(q)
+        if cached is None or cached[0] != row:
+            rows = self.ctx.rows
+            assert rows is not None
+            cached = (list(row), self.ctx.policy.queue_rank(self.ctx.state, rows, q, (0.0, 0.0, 0.0)))
+            self._ranks[q] = cached
+        return cached[1]
+
+    def key(self, q: int) -> tuple[Any, ...]:
+        """Queue order along the path from the top: a larger key gives first."""
+        return tuple(self._rank(a) for a in reversed(self.ctx.state.tree.ancestors[q]))
+
+    def positions(self, queues: Sequence[int]) -> dict[int, int]:
+        """Each queue's place in the giving order now (0 gives first)."""
+        ranked = sorted(dict.fromkeys(queues), key=self.key, reverse=True)
+        return {q: i for i, q in enumerate(ranked)}
+
+    def first(self, units: Sequence[tuple[int, Unit]]) -> tuple[int, Unit]:
+        """Of (victim-order index, unit) pairs, the one taken first now."""
+        best = units[0]
+        best_key = self.key(best[1].job.queue)
+        for item in units[1:]:
+            key = self.key(item[1].job.queue)
+            if best_key < key or (not key < best_key and item[0] < best[0]):
+                best, best_key = item, key
+        return best
+
+
+def next_victim(units: Sequence[Unit], ok: Allowed, giving: GivingOrder | None) -> Unit | None:
+    """The unit of `units` (in victim order) taken next among those `ok` accepts: the
+    first, or, with a giving order, the first of the queue that gives first now."""
+    if giving is None:
+        return next((u for u in units if ok(u)), None)
+    candidates = [(i, u) for i, u in enumerate(units) if ok(u)]
+    return giving.first(candidates)[1] if candidates else None
+
+
+def keep_fewest(
+    ctx: CycleContext,
+    start: int,
+    taken: Sequence[Unit],
+    action: str,
+    reason: EvictReason,
+    enough: Callable[[], bool],
+) -> list[Unit]:
+    """`taken` (evicted since checkpoint `start`, in that order) made `enough()` hold:
+    keep only the victims it needs. Each but the last is dropped again when `enough()`
+    still holds without it; the state ends with the kept ones evicted."""
+    stmt = ctx.stmt
+    keep = list(taken)
+    for u in taken[:-1]:
+        trial = [k for k in keep if k is not u]
+        stmt.rollback(start)
+        for k in trial:
+            evict_unit(ctx, k, action, reason(k))
+        if enough():
+            keep = trial
+    stmt.rollback(start)
+    for k in keep:
+        evict_unit(ctx, k, action, reason(k))
+    return keep
 
 
 def free_room_for(
@@ -64,12 +152,14 @@ def free_room_for(
     units: Sequence[Unit],
     allowed: Allowed,
     action: str,
-    reason: Reason,
+    reason: EvictReason,
+    giving: GivingOrder | None = None,
 ) -> bool:
-    """Place every task, evicting from `units` where needed; all or nothing."""
+    """Place every task, evicting from `units` (in victim order; between queues in
+    `giving` order) where needed; all or nothing."""
     start = ctx.stmt.checkpoint()
     job = tasks[0].job
-    pool = _VictimPool(ctx, units)
+    pool = _VictimPool(ctx, units, giving)
     for task in tasks:
         mask = ctx.placer.job_mask(job)
         spot = ctx.placer.spot(task, mask, allow_pipeline=True)
@@ -87,9 +177,10 @@ class _VictimPool:
     """The candidate victims of one search, as arrays over their tasks, so that scoring
     nodes is a few vectorised passes rather than a loop over every victim."""
 
-    def __init__(self, ctx: CycleContext, units: Sequence[Unit]) -> None:
+    def __init__(self, ctx: CycleContext, units: Sequence[Unit], giving: GivingOrder | None) -> None:
         self.ctx = ctx
         self.units = list(units)
+        self.giving = giving
         self.live = np.array([u.live() for u in self.units], dtype=bool)
         nodes, unit_of, demand = [], [], []
         self.by_node: dict[int, list[int]] = {}
@@ -104,6 +195,7 @@ class _VictimPool:
         self.task_node = np.array(nodes, dtype=np.int64)
         self.task_unit = np.array(unit_of, dtype=np.int64)
         self.task_demand = np.array(demand, dtype=np.float64).reshape(-1, width)
+        self.unit_queue = np.array([u.job.queue for u in self.units], dtype=np.int64)
         self.index = {id(u): i for i, u in enumerate(self.units)}
 
     def on_node(self, node: int) -> list[Unit]:
@@ -112,6 +204,19 @@ class _VictimPool:
     def gone(self, evicted: Sequence[Unit]) -> None:
         for u in evicted:
             self.live[self.index[id(u)]] = False
+
+    def ranks(self) -> np.ndarray:
+        """Each unit's place in the order victims are taken now: victim order, or, with
+        a giving order, queue by queue as the queues stand now and victim order inside."""
+        order = np.arange(len(self.units), dtype=np.int64)
+        if self.giving is None or not len(self.units):
+            return order
+        positions = self.giving.positions(self.unit_queue.tolist())
+        place = np.zeros(len(self.ctx.state.tree), dtype=np.int64)
+        for q, i in positions.items():
+            place[q] = i
+        result: np.ndarray = place[self.unit_queue] * len(self.units) + order
+        return result
 
     def nodes_worth_freeing(self, task: Task, mask: np.ndarray) -> np.ndarray:
         """Nodes where evicting live victims could make room: least missing room first;
@@ -124,10 +229,11 @@ class _VictimPool:
         where = self.task_node[alive]
         freeable = np.zeros_like(nodes.idle)
         np.add.at(freeable, where, self.task_demand[alive])
-        first = np.full(n, len(self.units), dtype=np.int64)
-        np.minimum.at(first, where, self.task_unit[alive])
+        none = np.iinfo(np.int64).max
+        first = np.full(n, none, dtype=np.int64)
+        np.minimum.at(first, where, self.ranks()[self.task_unit[alive]])
         room = nodes.idle + nodes.releasing
-        ok = mask & (first < len(self.units))
+        ok = mask & (first < none)
         for c in np.flatnonzero(task.demand):
             ok &= room[:, c] + freeable[:, c] >= task.demand[c] - EPS
         col = 0 if (task.demand[0] > 0 or task.fraction_request) else 1
@@ -148,12 +254,12 @@ def _free_a_node(
     pool: _VictimPool,
     allowed: Allowed,
     action: str,
-    reason: Reason,
+    reason: EvictReason,
 ) -> bool:
     for node in pool.nodes_worth_freeing(task, mask)[:MAX_NODES_TRIED].tolist():
         here = np.zeros_like(mask)
         here[node] = True
-        taken = _evict_until_fits(ctx, task, here, pool.on_node(node), allowed, action, reason)
+        taken = _evict_until_fits(ctx, task, here, pool.on_node(node), pool.giving, allowed, action, reason)
         if taken is None:
             continue
         spot = ctx.placer.spot(task, here, allow_pipeline=True)
@@ -169,34 +275,35 @@ def _evict_until_fits(
     task: Task,
     here: np.ndarray,
     units: Sequence[Unit],
+    giving: GivingOrder | None,
     allowed: Allowed,
     action: str,
-    reason: Reason,
+    reason: EvictReason,
 ) -> list[Unit] | None:
-    """Evict victims on one node in victim order until the task fits there, then keep
-    only those it really needs. None (and nothing evicted) when it never fits."""
+    """Evict victims on one node, the next one taken first each time, until the task fits
+    there, then keep only those it really needs. None (and nothing evicted) when it
+    never fits."""
     stmt = ctx.stmt
     start = stmt.checkpoint()
     taken: list[Unit] = []
-    for u in units:
-        if not u.live() or not allowed(u):
-            continue
+    refused: set[int] = set()
+
+    def ok(u: Unit) -> bool:
+        if not u.live() or id(u) in refused:
+            return False
+        if not allowed(u):
+            refused.add(id(u))
+            return False
+        return True
+
+    while (u := next_victim(units, ok, giving)) is not None:
         evict_unit(ctx, u, action, reason(u))
         taken.append(u)
         if ctx.placer.fits(task, here, future=True).any():
-            break
-    else:
-        stmt.rollback(start)
-        return None
-    keep = list(taken)
-    for u in taken[:-1]:
-        trial = [k for k in keep if k is not u]
-        stmt.rollback(start)
-        for k in trial:
-            evict_unit(ctx, k, action, reason(k))
-        if ctx.placer.fits(task, here, future=True).any():
-            keep = trial
+            return keep_fewest(ctx, start, taken, action, reason, lambda: _fits(ctx, task, here))
     stmt.rollback(start)
-    for k in keep:
-        evict_unit(ctx, k, action, reason(k))
-    return keep
+    return None
+
+
+def _fits(ctx: CycleContext, task: Task, here: np.ndarray) -> bool:
+    return bool(ctx.placer.fits(task, here, future=True).any())

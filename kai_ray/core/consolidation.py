@@ -1,0 +1,82 @@
+"""The consolidation action: move preemptible jobs so that a gang that fits the cluster's
+total free room, but nowhere at once, can start. Moves only: it commits when every moved
+job is placed again (Releasing where it was, Pipelined where it goes)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kai_ray.core.capacity import capacity_problem
+from kai_ray.core.cluster import EPS, Job, Task
+from kai_ray.core.context import CycleContext
+from kai_ray.core.failures import FailedSearches, search_key
+from kai_ray.core.victims import Unit, evict_unit, victim_units
+
+__all__ = ["consolidate"]
+
+
+def consolidate(ctx: CycleContext) -> None:
+    """Move preemptible jobs to free room for a gang that fits in the total free
+    capacity but nowhere at once; commit only when every moved job is placed again."""
+    if "spread" in (ctx.config.gpu_placement, ctx.config.cpu_placement):
+        return  # consolidation packs; it would undo a spread placement
+    order = ctx.waiting_gangs()
+    failed = FailedSearches(ctx.config.skip_failed_searches)
+    while (job := order.next_job()) is not None:
+        gang = job.missing()
+        if gang and ctx.policy.may_be_victim(job) and _fits_in_total(ctx, job, gang):
+            key = search_key(job, gang, "consolidation")
+            if not failed.known(key):
+                if _consolidate_for(ctx, job, gang):
+                    failed.clear()  # jobs moved: an earlier failure may succeed now
+                else:
+                    failed.add(key, None)
+        order.done(job)
+
+
+def _fits_in_total(ctx: CycleContext, job: Job, gang: list[Task]) -> bool:
+    nodes = ctx.state.nodes
+    mask = ctx.placer.base_mask(job)
+    need = sum((t.demand for t in gang), start=np.zeros(nodes.idle.shape[1]))
+    need[0] += sum(t.fraction_on(nodes, 0) for t in gang if t.fraction_request) if len(nodes) else 0
+    free = nodes.idle[mask].sum(axis=0)
+    return (
+        bool((free + EPS >= need).all())
+        and capacity_problem(ctx.state, ctx.shares, job, ctx.amount(gang)) is None
+    )
+
+
+def _consolidate_for(ctx: CycleContext, job: Job, gang: list[Task]) -> bool:
+    stmt = ctx.stmt
+    start = stmt.checkpoint()
+    movable = [j for j in ctx.state.jobs if ctx.policy.may_be_victim(j) and j is not job]
+    candidates = victim_units(movable, ctx.policy.victim_order)
+    candidates = candidates[: ctx.config.max_consolidation_preemptees]
+    reason = f"moved to defragment for {job.name}"
+    moved: list[Unit] = []
+    for unit in candidates:
+        evict_unit(ctx, unit, "consolidation", reason)
+        moved.append(unit)
+        attempt = stmt.checkpoint()
+        if ctx.placer.place_gang(stmt, job, gang, "consolidation") and _replace(ctx, moved):
+            stmt.pipeline_job(job)
+            if not job.pending():
+                stmt.clear_reason(job.name)
+            return True
+        stmt.rollback(attempt)
+    stmt.rollback(start)
+    return False
+
+
+def _replace(ctx: CycleContext, moved: list[Unit]) -> bool:
+    """Place every moved task again, elsewhere, as pipelined (it starts once it stopped)."""
+    for unit in moved:
+        old = {t.node for t in unit.tasks}
+        mask = ctx.placer.job_mask(unit.job).copy()
+        mask[list(old)] = False
+        for t in unit.tasks:
+            spot = ctx.placer.spot(t, mask, allow_pipeline=True)
+            if spot is None:
+                return False
+            ctx.stmt.place(t, spot[0], spot[1], True, "consolidation")
+    return True

@@ -1,0 +1,92 @@
+"""One rule for "an equivalent search already failed in this cycle: skip it".
+
+A search that fails (a gang that does not fit the free room; a victim search that finds no
+victims) fails again for another job with the same inputs while the state is unchanged.
+Every action skips such repeats, which is what keeps a cycle with tens of thousands of
+waiting jobs fast. The key must hold *every* input of the search, or a job that differs
+in one of them is skipped wrongly: one key for all actions, built here.
+
+A cache per action and cycle: allocate only ever takes room, so its failures stand for
+the whole action; the actions that evict clear theirs on every success (room moved).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from kai_ray.core.cluster import Job, Task
+from kai_ray.core.model import Reason
+
+__all__ = ["FailedSearches", "FailureKey", "search_key"]
+
+FailureKey = tuple[object, ...]
+
+
+def _free_room(job: Job) -> tuple[object, ...]:
+    # Allocate checks the queue's limit and quota before looking the key up, and places
+    # on free room alone; consolidation moves any preemptible job, whatever the queue.
+    return ()
+
+
+def _own_queue_below(job: Job) -> tuple[object, ...]:
+    # Preempt: victims of the job's queue below its priority; checks on that queue.
+    return (job.queue, job.info.priority, job.info.preemptible)
+
+
+def _other_queues(job: Job) -> tuple[object, ...]:
+    # Reclaim: victims of other queues, allowed by the sides' shares (queue), the
+    # reclaimer's fair share and quota (preemptibility).
+    return (job.queue, job.info.preemptible)
+
+
+# What, besides placement, decides each action's search: whose work it may take, and the
+# checks on the job's queue that the search itself makes. A policy whose eligibility
+# hooks read more of the pending job than this must add it here.
+_VICTIM_INPUTS: dict[str, Callable[[Job], tuple[object, ...]]] = {
+    "allocate": _free_room,
+    "consolidation": _free_room,
+    "preempt": _own_queue_below,
+    "reclaim": _other_queues,
+}
+
+
+def search_key(job: Job, tasks: Sequence[Task], action: str) -> FailureKey:
+    """Every input of placing `tasks` (what the job still misses of its gang) for `job`
+    in `action`, besides the cycle's state: the requests and their number, the gang, the
+    node selector, the topology constraint, the spreading, and the action's own inputs.
+    A job with active tasks is keyed by itself: where they run shapes the search (its
+    topology domain, its spread, its own tasks never being its victims)."""
+    first = tasks[0].demand if tasks else None
+    if job.uniform or all(t.demand is first for t in tasks):
+        shapes: object = ("alike", id(first), len(tasks))  # demands are shared per request
+    else:
+        shapes = ("mixed", *(id(t.demand) for t in tasks))
+    info = job.info
+    own = id(job) if job.active_count else 0
+    placement = (shapes, job.gang, job.active_count, own, job.selector, info.topology, info.spread)
+    return (*placement, *_VICTIM_INPUTS[action](job))
+
+
+class FailedSearches:
+    """The failed searches of one action in this cycle, with the reason each ended on (so a
+    skipped job reads the same). Disabled, it remembers nothing: every search runs."""
+
+    __slots__ = ("_failed", "enabled")
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self._failed: dict[FailureKey, Reason | None] = {}
+
+    def known(self, key: FailureKey) -> bool:
+        return key in self._failed
+
+    def reason(self, key: FailureKey) -> Reason | None:
+        return self._failed.get(key)
+
+    def add(self, key: FailureKey, reason: Reason | None) -> None:
+        if self.enabled:
+            self._failed[key] = reason
+
+    def clear(self) -> None:
+        """Room moved (a search succeeded): an earlier failure may succeed now."""
+        self._failed.clear()
