@@ -25,6 +25,7 @@ from kai_ray.core import (
     SchedulerConfig,
     TaskInfo,
     TaskStatus,
+    TopologyConstraint,
     run_cycle,
 )
 
@@ -355,3 +356,63 @@ def test_preferred_spread_is_as_even_as_the_room_allows(snap: ClusterSnapshot) -
         for node in snap.nodes:
             if counts[node.name] < most - 1 and _room_now(held, node, request):
                 raise AssertionError(f"{job.name}: {dict(counts)}, yet {node.name} has room")
+
+
+@st.composite
+def look_alikes(draw: st.DrawFn) -> ClusterSnapshot:
+    """Full nodes of low-priority work and waiting gangs that share one request and size
+    but differ in one placement input (spread, topology, selector, queue, priority): the
+    jobs a search key must tell apart."""
+    nodes = [
+        NodeInfo(
+            f"n{i}", gpus=2, cpu=8.0, memory=64 * GI, labels={"rack": f"r{i % 2}", "zone": "z"} if i else {}
+        )
+        for i in range(draw(st.integers(1, 4)))
+    ]
+    queues = [QueueInfo("root", quota=(UNLIMITED,) * 3)] + [
+        QueueInfo(name, "root", quota=(float(draw(st.integers(0, 4))), UNLIMITED, UNLIMITED))
+        for name in ("a", "b")
+    ]
+    jobs = [
+        JobInfo(
+            f"run{i}-{k}",
+            draw(st.sampled_from(["a", "b"])),
+            [
+                TaskInfo(
+                    f"run{i}-{k}-0", TaskStatus.RUNNING, Request(gpu=1.0, cpu=1.0), node.name, since=-3600.0
+                )
+            ],
+            priority=50,
+            created_at=-1.0,
+        )
+        for i, node in enumerate(nodes)
+        for k in range(draw(st.integers(0, 2)))
+    ]
+    request = Request(gpu=draw(st.sampled_from([1.0, 2.0])), cpu=1.0)
+    size = draw(st.integers(1, 3))
+    for j in range(draw(st.integers(2, 5))):
+        priority = draw(st.sampled_from([50, 125]))
+        level = draw(st.sampled_from([None, "rack", "zone", "nowhere"]))
+        jobs.append(
+            JobInfo(
+                f"j{j}",
+                draw(st.sampled_from(["a", "b"])),
+                [TaskInfo(f"j{j}-{k}", TaskStatus.PENDING, request) for k in range(size)],
+                priority=priority,
+                preemptible=priority < 100,
+                created_at=float(j),
+                spread=draw(st.sampled_from(["", "required"])),
+                topology=TopologyConstraint("t", required=level) if level else None,
+                node_selector=draw(st.sampled_from([{}, {"zone": "z"}])),
+            )
+        )
+    return ClusterSnapshot(nodes, queues, jobs)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(clusters(), look_alikes()))
+def test_skipping_searches_that_already_failed_changes_no_decision(snap: ClusterSnapshot) -> None:
+    """The skip is only a shortcut: every search run again gives the same decisions."""
+    skipping = run_cycle(snap, SchedulerConfig(), 0.0)
+    searching = run_cycle(snap, SchedulerConfig(skip_failed_searches=False), 0.0)
+    assert skipping.decisions == searching.decisions

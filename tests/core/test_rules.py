@@ -343,6 +343,64 @@ CASES = [
         {"b2": "cannot reclaim"},
     ),
     Case(
+        "a gang that requires spreading and cannot start does not make an identical gang "
+        "without it skip preemption (one key for skipped searches)",
+        ClusterBuilder()
+        .node("n0", gpus=2)
+        .queue("q", gpu_quota=2)
+        .job("t1", "q")
+        .running("n0")
+        .job("t2", "q")
+        .running("n0")
+        .job("spread", "q", priority="inference", spread="required")
+        .pending(2)
+        .job("packed", "q", priority="inference")
+        .pending(2),
+        ("preempt",),
+        {"packed": {"pipeline@n0"}, "t1": {"evict@n0"}, "t2": {"evict@n0"}},
+        {"spread": "no lower-priority preemptible job in queue q can make room"},
+    ),
+    Case(
+        "a gang with a required topology nothing offers does not make an identical gang "
+        "without one skip consolidation",
+        ClusterBuilder()
+        .node("n0", gpus=2)
+        .node("n1", gpus=2)
+        .queue("q", gpu_quota=4)
+        .job("r0", "q")
+        .running("n0")
+        .job("r1", "q")
+        .running("n1")
+        .job("zoned", "q", gpu=2, topology=TopologyConstraint("t", required="zone"))
+        .pending()
+        .job("plain", "q", gpu=2)
+        .pending(),
+        ("allocate", "consolidation"),
+        {"plain": {"pipeline@n1"}, "r1": {"evict@n1", "pipeline@n0"}},
+        {"zoned": "no matching node has the label zone"},
+    ),
+    Case(
+        "a reclaim rolled back (the department would go over its fair share) leaves the "
+        "reason allocate gave, not none",
+        ClusterBuilder()
+        .node("n0", gpus=6)
+        .queue("dept", gpu_quota=3, weight=0)
+        .queue("a1", "dept", gpu_quota=1)
+        .queue("a2", "dept", gpu_quota=2)
+        .queue("e", gpu_quota=1, weight=0)
+        .job("serve", "a2", priority="inference")
+        .running("n0", count=4)
+        .job("e1", "e")
+        .running("n0")
+        .job("e2", "e")
+        .running("n0")
+        .job("j", "a1")
+        .pending(),
+        ("allocate", "reclaim"),
+        {},
+        {"j": "no node has room now for even one task"},
+    ),
+    Case(
         "consolidation does not run under spread placement",
         ClusterBuilder()
         .node("n0", gpus=4)

@@ -170,3 +170,24 @@ def test_fraction_opens_and_closes_a_device(pipelined: bool) -> None:
     ctx.stmt.rollback(0)
     assert _fingerprint(ctx.state) == before
     assert np.all(ctx.state.nodes.idle[:, 0] >= 0)
+
+
+def test_a_reason_set_or_cleared_after_a_checkpoint_is_undone_by_rollback() -> None:
+    from kai_ray.core import Reason
+
+    ctx = _context(_cluster())
+    stmt = ctx.stmt
+    room = Reason("no-room", "no room")
+    stmt.set_reason("gang", room)
+    checkpoint = stmt.checkpoint()
+    stmt.clear_reason("gang")
+    stmt.set_reason("other", Reason("queue-limit", "at its limit"))
+    stmt.default_reason("gang", Reason("fair-share", "over its share"))
+    assert stmt.reasons == {
+        "other": Reason("queue-limit", "at its limit"),
+        "gang": Reason("fair-share", "over its share"),
+    }
+    stmt.rollback(checkpoint)
+    assert stmt.reasons == {"gang": room}
+    stmt.default_reason("gang", Reason("fair-share", "ignored: an earlier reason stands"))
+    assert stmt.reasons == {"gang": room}
