@@ -4,8 +4,8 @@ The actions (allocate.py, evictions.py, victims.py) are algorithms and never imp
 module: they receive a `Policy` in the cycle context, so a rule changes here, not there.
 
 Orderings:
-- job order inside a queue: higher priority; jobs short of their gang before jobs asking
-  for elastic surplus; older;
+- job order inside a queue: higher priority; then, as KAI's elastic plugin, jobs short of
+  their gang, then jobs exactly at it, then jobs beyond it; older;
 - queue order (as KAI's proportion plugin), level by level: not over fair share first;
   starved (would stay within deserved with the job) first; higher queue priority; queues
   that would use a resource they have no allocatable share of last; smaller dominant-
@@ -54,10 +54,13 @@ __all__ = [
 ]
 
 
-def job_order_key(job: Job) -> tuple[int, bool, float, int]:
-    """Higher priority first; jobs short of their gang before jobs asking for surplus; older."""
-    satisfied = job.active() >= job.gang
-    return (-job.info.priority, satisfied, job.info.created_at, job.order)
+def job_order_key(job: Job) -> tuple[int, int, float, int]:
+    """Higher priority first; then jobs short of their gang, then jobs exactly at it, then
+    jobs beyond it (KAI's elastic plugin: an elastic job goes back in line after each
+    surplus task, so elastic jobs of a queue share what is free); older first."""
+    active, gang = job.active_count, job.gang
+    elastic = 0 if active < gang else (1 if active == gang else 2)
+    return (-job.info.priority, elastic, job.info.created_at, job.order)
 
 
 def allocate_count(job: Job) -> int:

@@ -1,0 +1,92 @@
+"""Rules where kai-ray follows KAI's code (elastic job order, limits checked with the
+victims gone, reclaim victims re-ranked after each one), one named case each: how many
+tasks of each job are placed, and which jobs lose tasks."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import pytest
+
+from kai_ray.core import Bind, CycleResult, Evict, Pipeline
+
+from .builders import ClusterBuilder, cycle
+
+
+@dataclass
+class Case:
+    name: str
+    cluster: ClusterBuilder
+    actions: tuple[str, ...]
+    placed: dict[str, int]  # job -> tasks bound or pipelined (jobs not named: none)
+    evicted: dict[str, int] = field(default_factory=dict)  # job -> tasks evicted
+    reasons: dict[str, str] = field(default_factory=dict)  # job -> reason code
+
+
+def _counts(result: CycleResult, kinds: tuple[type, ...]) -> dict[str, int]:
+    return dict(Counter(d.job for d in result.decisions if isinstance(d, kinds)))
+
+
+def _elastic_pair(gpus: int) -> ClusterBuilder:
+    return (
+        ClusterBuilder()
+        .node("n0", gpus=gpus)
+        .queue("q", gpu_quota=gpus)
+        .job("a", "q", min_member=1)
+        .pending(4)
+        .job("b", "q", min_member=1)
+        .pending(4)
+    )
+
+
+CASES = [
+    Case(
+        "elastic jobs of one queue share free GPUs: gangs, then one surplus task each",
+        _elastic_pair(gpus=4),
+        ("allocate",),
+        {"a": 2, "b": 2},
+    ),
+    Case(
+        "a job at its minimum goes before an older one above it",
+        ClusterBuilder()
+        .node("n0", gpus=4)
+        .queue("q", gpu_quota=4)
+        .job("above", "q", min_member=1)
+        .running("n0", count=2)
+        .pending(2)
+        .job("at", "q", min_member=1)
+        .running("n0")
+        .pending(2),
+        ("allocate",),
+        {"at": 1},
+    ),
+    Case(
+        "both above their minimum: the older job goes first (surplus tasks are not counted)",
+        _elastic_pair(gpus=6),
+        ("allocate",),
+        {"a": 4, "b": 2},
+    ),
+    Case(
+        "a job short of its gang still goes before any surplus",
+        ClusterBuilder()
+        .node("n0", gpus=4)
+        .queue("q", gpu_quota=4)
+        .job("elastic", "q", min_member=1)
+        .running("n0")
+        .pending(3)
+        .job("gang", "q")
+        .pending(3),
+        ("allocate",),
+        {"gang": 3},
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_kai_rule(case: Case) -> None:
+    result = cycle(case.cluster.build(), *case.actions)
+    assert _counts(result, (Bind, Pipeline)) == case.placed
+    assert _counts(result, (Evict,)) == case.evicted
+    for job, code in case.reasons.items():
+        assert result.waiting[job].code == code, result.waiting[job]
