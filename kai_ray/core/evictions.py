@@ -10,12 +10,20 @@ even in the job's reason, unless what blocked it is worth saying (min runtime).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from kai_ray.core.capacity import capacity_problem, describe_amount, format_resource
+from kai_ray.core.capacity import (
+    capacity_problem,
+    describe_amount,
+    format_resource,
+    limit_excess,
+    over_limit,
+    quota_problem,
+)
 from kai_ray.core.cluster import EPS, Job, Task
 from kai_ray.core.consolidation import consolidate
 from kai_ray.core.context import CycleContext
@@ -27,7 +35,10 @@ from kai_ray.core.victims import (
     EvictReason,
     GivingOrder,
     Unit,
+    evict_unit,
     free_room_for,
+    keep_fewest,
+    next_victim,
     victim_units,
 )
 from kai_ray.core.words import agree, count, number
@@ -106,19 +117,73 @@ def _say(ctx: CycleContext, job: Job, reason: Reason | None) -> None:
 def _attempt(
     ctx: CycleContext, job: Job, gang: list[Task], victims: list[Unit], plan: Plan, allowed: Allowed
 ) -> bool:
-    """One try: the job's queue checks, room for the gang (victims where it lacks room),
-    then the plan's own rule. Rolled back unless all hold."""
-    if capacity_problem(ctx.state, ctx.shares, job, ctx.amount(gang)) is not None:
+    """One try: room for the gang (victims where it lacks room), then the queue limits
+    with the victims gone, then the plan's own rule. Rolled back unless all hold."""
+    amount = ctx.amount(gang)
+    over_before = capacity_problem(ctx.state, ctx.shares, job, amount) is not None
+    if over_before and not _may_shed(ctx, job, amount, victims, allowed):
         return False
     start = ctx.stmt.checkpoint()
     if not free_room_for(ctx, gang, victims, allowed, plan.action, plan.evict_reason, plan.giving):
         return False
-    if not plan.holds():
+    if (over_before and not _shed(ctx, job, amount, victims, allowed, plan)) or not plan.holds():
         ctx.stmt.rollback(start)
         return False
     if not job.pending():
         ctx.stmt.clear_reason(job.name)
     return True
+
+
+# ---------------------------------------------------------------- limits with victims gone
+
+
+def _may_shed(ctx: CycleContext, job: Job, amount: np.ndarray, victims: list[Unit], allowed: Allowed) -> bool:
+    """Whether victims could bring the job's queues back within their limits. As in KAI,
+    where the preemptor's limits are checked inside the statement, after its victims left,
+    a queue at its limit may still make room inside itself. The non-preemptible quota is
+    no such case: victims are preemptible and never counted against it."""
+    state = ctx.state
+    if quota_problem(state, ctx.shares, job, amount) is not None:
+        return False
+    excess = limit_excess(state, job, amount)
+    ancestors = state.tree.ancestors
+    freeable = {q: np.zeros(3) for q in excess}
+    for u in victims:
+        under = [q for q in excess if q in ancestors[u.job.queue]]
+        if under and u.live() and allowed(u):
+            held = ctx.amount(list(u.tasks))
+            for q in under:
+                freeable[q] += held
+    return all((freeable[q] + EPS >= np.array(excess[q])).all() for q in excess)
+
+
+def _shed(
+    ctx: CycleContext, job: Job, amount: np.ndarray, victims: list[Unit], allowed: Allowed, plan: Plan
+) -> bool:
+    """With the job placed: take further victims under the queues still over their limit,
+    next in victim order each time, until none is; keep the fewest."""
+    state, ancestors = ctx.state, ctx.state.tree.ancestors
+    over = over_limit(state, job, amount)
+    start = ctx.stmt.checkpoint()
+    taken: list[Unit] = []
+    while over:
+        u = next_victim(victims, functools.partial(_helps, over, ancestors, allowed), plan.giving)
+        if u is None:
+            ctx.stmt.rollback(start)
+            return False
+        evict_unit(ctx, u, plan.action, plan.evict_reason(u))
+        taken.append(u)
+        over = over_limit(state, job, amount)
+    if taken:
+        keep_fewest(
+            ctx, start, taken, plan.action, plan.evict_reason, lambda: not over_limit(state, job, amount)
+        )
+    return True
+
+
+def _helps(over: list[int], ancestors: tuple[tuple[int, ...], ...], allowed: Allowed, u: Unit) -> bool:
+    """A live, allowed victim under one of the queues over their limit."""
+    return u.live() and any(q in ancestors[u.job.queue] for q in over) and allowed(u)
 
 
 # ---------------------------------------------------------------- min runtime

@@ -83,6 +83,76 @@ CASES = [
 ]
 
 
+def _at_limit(gpus: int, **queue: object) -> ClusterBuilder:
+    """Queue q may hold 2 GPUs and holds 2 (train jobs); a build job of q waits."""
+    return (
+        ClusterBuilder()
+        .node("n0", gpus=gpus)
+        .queue("q", gpu_quota=2, gpu_limit=2, **queue)
+        .job("train-old", "q")
+        .running("n0")
+        .job("train-new", "q")
+        .running("n0")
+        .job("build", "q", priority="build")
+        .pending()
+    )
+
+
+CASES += [
+    Case(
+        "a queue at its limit preempts inside itself: the limit is checked with the victim gone",
+        _at_limit(gpus=2),
+        ("allocate", "preempt"),
+        {"build": 1},
+        {"train-new": 1},
+    ),
+    Case(
+        "with free room a queue at its limit still sheds its newest victim, and binds at once",
+        _at_limit(gpus=4),
+        ("allocate", "preempt"),
+        {"build": 1},
+        {"train-new": 1},
+    ),
+    Case(
+        "victims within their min runtime keep the queue at its limit: the job says so",
+        _at_limit(gpus=4, preempt_min_runtime=7200.0),
+        ("allocate", "preempt"),
+        {},
+        reasons={"build": "min-runtime"},
+    ),
+    Case(
+        "a non-preemptible job over its quota still waits: victims never count against it",
+        ClusterBuilder()
+        .node("n0", gpus=2)
+        .queue("q", gpu_quota=1)
+        .job("train", "q", gpu=2)
+        .running("n0")
+        .job("build", "q", gpu=2, priority="build")
+        .pending(),
+        ("allocate", "preempt"),
+        {},
+        reasons={"build": "queue-quota"},
+    ),
+    Case(
+        "reclaim too: a victim under the same department brings it back within its limit",
+        ClusterBuilder()
+        .node("n0", gpus=4)
+        .queue("dept", gpu_quota=2, gpu_limit=2)
+        .queue("a1", "dept", gpu_quota=1)
+        .queue("a2", "dept", gpu_quota=1)
+        .job("a2-old", "a2")
+        .running("n0")
+        .job("a2-new", "a2")
+        .running("n0")
+        .job("j", "a1")
+        .pending(),
+        ("allocate", "reclaim"),
+        {"j": 1},
+        {"a2-new": 1},
+    ),
+]
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_kai_rule(case: Case) -> None:
     result = cycle(case.cluster.build(), *case.actions)
