@@ -286,22 +286,14 @@ def _reclaim_for(
     )
     plan = Plan(
         action="reclaim",
-        victims=lambda: _queue_by_queue(
-            giving, [u for u in candidates.units if policy.may_reclaim_from(job, u.job)]
-        ),
+        victims=lambda: [u for u in candidates.units if policy.may_reclaim_from(job, u.job)],
         eligible=eligible,
         min_runtime=lambda u: tree.reclaim_min_runtime_for(job.queue, u.job.queue),
         evict_reason=lambda u: reason,
+        giving=giving,
         holds=lambda: policy.reclaim_keeps_bounds(state, shares, job),
     )
     return make_room(ctx, job, plan, failed)
-
-
-def _queue_by_queue(giving: GivingOrder, units: list[Unit]) -> list[Unit]:
-    """Victims queue by queue, the queue that would be served last giving first (as KAI
-    lists reclaim victims), keeping the victim order inside each queue."""
-    position = giving.positions([u.job.queue for u in units])
-    return sorted(units, key=lambda u: position[u.job.queue])
 
 
 def _over_share_reason(ctx: CycleContext, job: Job, amount: np.ndarray) -> Reason:

@@ -153,6 +153,45 @@ CASES += [
 ]
 
 
+def _two_over(a_node: str, b_node: str, c_gpu: int, c_tasks: int) -> ClusterBuilder:
+    """qa and qb each hold 3 one-GPU jobs against a fair share of 2; qc (share 2) wants
+    2 GPUs: `c_tasks` tasks of `c_gpu` each."""
+    builder = (
+        ClusterBuilder()
+        .node("n0", gpus=6 if a_node == b_node else 3)
+        .queue("qa", gpu_quota=1)
+        .queue("qb", gpu_quota=1)
+        .queue("qc", gpu_quota=2)
+    )
+    if a_node != b_node:
+        builder.node(b_node, gpus=3)
+    for k in range(3):
+        builder.job(f"a-{k}", "qa").running(a_node)
+    for k in range(3):
+        builder.job(f"b-{k}", "qb").running(b_node)
+    return builder.job("c", "qc", gpu=c_gpu).pending(c_tasks)
+
+
+CASES += [
+    Case(
+        "reclaim victims are re-ranked after each: on one node, the second comes from the "
+        "queue now further over its share",
+        _two_over("n0", "n0", c_gpu=2, c_tasks=1),
+        ("reclaim",),
+        {"c": 1},
+        {"a-2": 1, "b-2": 1},
+    ),
+    Case(
+        "re-ranked across nodes too: each task of the gang frees the node whose victim "
+        "comes first as the queues stand then",
+        _two_over("n0", "n1", c_gpu=1, c_tasks=2),
+        ("reclaim",),
+        {"c": 2},
+        {"a-2": 1, "b-2": 1},
+    ),
+]
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_kai_rule(case: Case) -> None:
     result = cycle(case.cluster.build(), *case.actions)
