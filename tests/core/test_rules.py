@@ -489,25 +489,3 @@ def test_invalid_tree_is_refused_with_the_queue_and_field() -> None:
     snap.queues = [QueueInfo("a", parent="b"), QueueInfo("b", parent="a")]
     with pytest.raises(ValueError, match="field parent makes a cycle"):
         cycle(snap, "allocate")
-
-
-def test_a_policy_hook_changes_the_order_without_touching_the_actions() -> None:
-    from dataclasses import replace
-
-    from kai_ray.core import SchedulerConfig, run_cycle
-    from kai_ray.core.policy import DEFAULT_POLICY
-
-    snap = (
-        ClusterBuilder()
-        .node("n0", gpus=1)
-        .queue("q", gpu_quota=1)
-        .job("first", "q", priority="train")
-        .pending()
-        .job("urgent", "q", priority="inference")
-        .pending()
-        .build()
-    )
-    config = SchedulerConfig(actions=("allocate",))
-    assert outcome(run_cycle(snap, config, 0.0)) == {"urgent": {"bind@n0"}}
-    fifo = replace(DEFAULT_POLICY, job_order=lambda job: (job.info.created_at,))
-    assert outcome(run_cycle(snap, config, 0.0, fifo)) == {"first": {"bind@n0"}}

@@ -1,0 +1,142 @@
+"""Every rule of the Policy is a hook the actions consult, never a copy inside them: one
+named case per hook, decided once with the default policy and once with the hook
+replaced."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pytest
+
+from kai_ray.core import SchedulerConfig, run_cycle
+from kai_ray.core.policy import DEFAULT_POLICY
+
+from .builders import ClusterBuilder, outcome
+
+
+@dataclass
+class Case:
+    name: str
+    hook: dict[str, Any]  # Policy field -> replacement
+    cluster: ClusterBuilder
+    actions: tuple[str, ...]
+    default: dict[str, set[str]]  # decisions with the default policy
+    replaced: dict[str, set[str]]  # decisions with the hook replaced
+
+
+def _never(*_: object) -> bool:
+    return False
+
+
+def _preemptible_pair() -> ClusterBuilder:
+    return (
+        ClusterBuilder()
+        .node("n0", gpus=1)
+        .queue("q", gpu_quota=1)
+        .job("victim", "q")
+        .running("n0")
+        .job("urgent", "q", priority="inference")
+        .pending()
+    )
+
+
+def _reclaimable() -> ClusterBuilder:
+    return (
+        ClusterBuilder()
+        .node("n0", gpus=2)
+        .queue("root", gpu_quota=2)
+        .queue("a", "root", gpu_quota=1)
+        .queue("b", "root", gpu_quota=1)
+        .job("a1", "a")
+        .running("n0")
+        .job("a2", "a")
+        .running("n0")
+        .job("b1", "b")
+        .pending()
+    )
+
+
+RECLAIMED = {"a2": {"evict@n0"}, "b1": {"pipeline@n0"}}
+PREEMPTED = {"victim": {"evict@n0"}, "urgent": {"pipeline@n0"}}
+
+CASES = [
+    Case(
+        "job order",
+        {"job_order": lambda job: (job.info.created_at,)},
+        ClusterBuilder()
+        .node("n0", gpus=1)
+        .queue("q", gpu_quota=1)
+        .job("first", "q", priority="train")
+        .pending()
+        .job("urgent", "q", priority="inference")
+        .pending(),
+        ("allocate",),
+        {"urgent": {"bind@n0"}},
+        {"first": {"bind@n0"}},
+    ),
+    Case("who may be a victim", {"may_be_victim": _never}, _preemptible_pair(), ("preempt",), PREEMPTED, {}),
+    Case(
+        "whom a job may preempt",
+        {"may_preempt": lambda preemptor, victim: victim.queue == preemptor.queue},
+        ClusterBuilder()
+        .node("n0", gpus=1)
+        .queue("q", gpu_quota=1)
+        .job("victim", "q", priority="inference", preemptible=True)
+        .running("n0")
+        .job("urgent", "q", priority="inference")
+        .pending(),
+        ("preempt",),
+        {},
+        PREEMPTED,
+    ),
+    Case(
+        "min runtime protection",
+        {"min_runtime_protects": lambda unit, min_runtime, now: True},
+        _preemptible_pair(),
+        ("preempt",),
+        PREEMPTED,
+        {},
+    ),
+    Case(
+        "whom a job may reclaim from",
+        {"may_reclaim_from": _never},
+        _reclaimable(),
+        ("reclaim",),
+        RECLAIMED,
+        {},
+    ),
+    Case("whether a queue may reclaim", {"may_reclaim": _never}, _reclaimable(), ("reclaim",), RECLAIMED, {}),
+    Case(
+        "which victim reclaim may take",
+        {"reclaim_allows": _never},
+        _reclaimable(),
+        ("reclaim",),
+        RECLAIMED,
+        {},
+    ),
+    Case(
+        "the reclaimer's path after reclaim",
+        {"reclaim_keeps_bounds": _never},
+        _reclaimable(),
+        ("reclaim",),
+        RECLAIMED,
+        {},
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_a_policy_hook_changes_the_decision_without_touching_the_actions(case: Case) -> None:
+    snap = case.cluster.build()
+    config = SchedulerConfig(actions=case.actions)
+    assert outcome(run_cycle(snap, config, 0.0)) == case.default
+    policy = replace(DEFAULT_POLICY, **case.hook)
+    assert outcome(run_cycle(snap, config, 0.0, policy)) == case.replaced
+
+
+def test_every_hook_has_a_case() -> None:
+    assert {name for c in CASES for name in c.hook} == {f for f in DEFAULT_POLICY.__dataclass_fields__} - {
+        "queue_rank",  # queue order: tests/core/test_fairshare.py and the scenarios
+        "victim_order",  # victim order: the preempt and reclaim scenarios
+    }
