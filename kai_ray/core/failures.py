@@ -52,8 +52,9 @@ _VICTIM_INPUTS: dict[str, Callable[[Job], tuple[object, ...]]] = {
 
 def search_key(job: Job, tasks: Sequence[Task], action: str) -> FailureKey:
     """Every input of placing `tasks` (what the job still misses of its gang) for `job`
-    in `action`, besides the cycle's state: the requests and their number, the gang, the
-    node selector, the topology constraint, the spreading, and the action's own inputs.
+    in `action`, besides the cycle's state: the requests and their number, the gang (its
+    minMember; a job whose gang is all its tasks places exactly that many), the node
+    selector, the topology constraint, the spreading, and the action's own inputs.
     A job with active tasks is keyed by itself: where they run shapes the search (its
     topology domain, its spread, its own tasks never being its victims)."""
     first = tasks[0].demand if tasks else None
@@ -63,7 +64,7 @@ def search_key(job: Job, tasks: Sequence[Task], action: str) -> FailureKey:
         shapes = ("mixed", *(id(t.demand) for t in tasks))
     info = job.info
     own = id(job) if job.active_count else 0
-    placement = (shapes, job.gang, job.active_count, own, job.selector, info.topology, info.spread)
+    placement = (shapes, info.min_member, job.active_count, own, job.selector, info.topology, info.spread)
     return (*placement, *_VICTIM_INPUTS[action](job))
 
 
