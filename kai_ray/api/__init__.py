@@ -32,7 +32,7 @@ _WHERE = {
     "WorkloadPreempted": "kai_ray.api.workloads",
     "reservation": "kai_ray.api.workloads",
     "workload": "kai_ray.api.workloads",
-    "SubmitError": "kai_ray.ray.engine",
+    "SubmitError": "kai_ray.control",
 }
 
 __all__ = sorted(_WHERE)

@@ -81,7 +81,7 @@ def _start(args: argparse.Namespace) -> int:
 
     import kai_ray
     from kai_ray.config import load_queues, load_scheduler_config
-    from kai_ray.ray.queueadmin import QueueChangeError
+    from kai_ray.control import QueueChangeError
 
     queues = load_queues(args.queues) if args.queues else None  # bad files: exit 2, nothing started
     config = load_scheduler_config(args.config) if args.config else None
@@ -110,7 +110,7 @@ def _start(args: argparse.Namespace) -> int:
 
 def _queue_apply(args: argparse.Namespace) -> int:
     from kai_ray.config import load_queues
-    from kai_ray.ray.queueadmin import QueueChangeError
+    from kai_ray.control import QueueChangeError
 
     queues = load_queues(args.file)  # a bad file: ConfigError, exit 2, nothing changed
     sched = connect(args.address)
@@ -128,7 +128,7 @@ def _queue_apply(args: argparse.Namespace) -> int:
 
 
 def _queue_delete(args: argparse.Namespace) -> int:
-    from kai_ray.ray.queueadmin import QueueChangeError
+    from kai_ray.control import QueueChangeError
 
     sched = running_scheduler(args.address)
     try:

@@ -97,7 +97,7 @@ def _add_submit(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 def _submit(args: argparse.Namespace) -> int:
     from kai_ray.api.workloads import make_spec
     from kai_ray.config import ConfigError, UnknownPriorityClassError
-    from kai_ray.ray.engine import SubmitError
+    from kai_ray.control import SubmitError
 
     command = args.entrypoint[1:] if args.entrypoint[:1] == ["--"] else args.entrypoint
     if not command:

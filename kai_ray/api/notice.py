@@ -8,11 +8,11 @@ import os
 from typing import Any
 
 import ray
-from ray.experimental import internal_kv
 from ray.util.placement_group import PlacementGroup, get_current_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from kai_ray.ray.backend import GROUP_PREFIX, KV_NAMESPACE, notice_key
+from kai_ray.control import GROUP_PREFIX, group_owner
+from kai_ray.ray.adapters import KVStore, notice_key
 from kai_ray.ray.jobs import ENV_GROUP, ENV_PLACEMENT, ENV_WORKLOAD
 
 __all__ = [
@@ -42,8 +42,7 @@ def current_workload() -> str | None:
         from ray.util.placement_group import placement_group_table
 
         name = placement_group_table(pg).get("name", "")
-        parts = name[len(GROUP_PREFIX) :].split("/") if name.startswith(GROUP_PREFIX) else []
-        _by_group[key] = parts[0] if parts else None
+        _by_group[key] = group_owner(name) if name.startswith(GROUP_PREFIX) else None
     return _by_group[key]
 
 
@@ -57,8 +56,8 @@ def group_by_id(group_id: str) -> PlacementGroup:
 
 def notice_for(wid: str) -> dict[str, Any] | None:
     _connect()
-    raw = internal_kv._internal_kv_get(notice_key(wid), namespace=KV_NAMESPACE)
-    return None if raw is None else dict(json.loads(raw))
+    record = KVStore().get(notice_key(wid))  # through the store port: the layout is the store's
+    return None if record is None else dict(record.value)  # type: ignore[arg-type]
 
 
 def preemption_notice() -> dict[str, Any] | None:

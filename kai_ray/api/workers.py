@@ -22,7 +22,8 @@ from typing import Any, cast
 import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from kai_ray.ray.views import worker_signature as signature
+from kai_ray.control import task_index
+from kai_ray.control.views import worker_signature as signature
 
 __all__ = ["Worker", "Workers", "worker_strategies", "workers"]
 
@@ -106,7 +107,7 @@ def _worker(slot: Mapping[str, Any]) -> Worker:
     from kai_ray.api.notice import group_by_id
 
     return Worker(
-        index=int(slot["task"][1:]),
+        index=task_index(slot["task"]),
         node_id=slot["node"],
         surplus=bool(slot["surplus"]),
         strategy=PlacementGroupSchedulingStrategy(

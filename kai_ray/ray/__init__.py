@@ -1,15 +1,16 @@
-"""The Ray backend: the scheduler actor, its state machine and Ray's side of its ports.
+"""The Ray backend: Ray's adapters of the control plane's ports, the scheduler actor
+that runs the controller, and the client the user API and the CLI talk to.
 
-    engine.SchedulerEngine   the state machine (no Ray import): snapshot in, decisions out
-    workload.Workload        a workload's record, state and transition table
-    translate                Ray nodes/resources <-> the core's NodeInfo/Request/JobInfo
-    ports                    the narrow interfaces the engine needs (backend, store, jobs)
-    backend                  placement groups, process kills, GCS KV persistence (Ray)
-    actor.SchedulerActor     the detached, named, restartable actor around the engine
-    jobs                     Ray Jobs submitted when admitted
-    metrics, gpus, bench     Prometheus metrics, NVML discovery, `kai-ray bench ray`
+    adapters       RayCluster, RayActuator, KVStore: the ports on placement groups,
+                   Ray Jobs, process kills and the GCS key-value store
+    translate      Ray nodes -> the core's NodeInfo; requests -> Ray bundles
+    jobs           Ray Jobs submitted when admitted; runtime environments checked and
+                   uploaded where they are submitted
+    actor          the detached, named, restartable actor around the Controller
+    client         a thin client of the actor, specs and workload ids
+    metrics, gpus, bench   Prometheus metrics, NVML discovery, `kai-ray bench ray`
 
-Nothing is imported here, so that `import kai_ray.ray.engine` does not pull in Ray.
+Nothing is imported here: importing one module does not pull in the others.
 """
 
 __all__: list[str] = []

@@ -1,8 +1,9 @@
-"""The scheduler actor: a detached, named, restartable Ray actor around SchedulerEngine.
+"""The scheduler actor: a detached, named, restartable Ray actor around the control
+plane's Controller, wired to Ray's adapters of its ports (kai_ray.ray.adapters).
 
 It is an async actor so that thousands of callers can wait for admission at once without
-a thread each. All engine work runs on the actor's event loop, one piece at a time, so the
-engine needs no locks. A cycle runs when something changed (a submission, a finish, a
+a thread each. All controller work runs on the actor's event loop, one piece at a time,
+so the controller needs no locks. A cycle runs when something changed (a submission, a finish, a
 cancel) and at a short period (node changes, deadlines, timeouts); a placement group
 becoming ready wakes only the cheap progress pass, which keeps admission latency low.
 """
@@ -18,13 +19,22 @@ from typing import Any
 
 import ray
 
+from kai_ray.control import (
+    TERMINAL,
+    ControlEvent,
+    Controller,
+    QueueChangeError,
+    State,
+    SubmitError,
+    WorkloadSpec,
+)
+from kai_ray.control.nodes import node_usage
+from kai_ray.control.queues import queue_from_json
+from kai_ray.control.snapshot import held_by_workloads
+from kai_ray.control.views import queue_views, worker_signature
 from kai_ray.core import Pipeline, QueueInfo, SchedulerConfig
-from kai_ray.ray.backend import KVStore, RayPlacementBackend
-from kai_ray.ray.engine import SchedulerEngine, SubmitError
-from kai_ray.ray.nodes import held_by_workloads, node_usage
-from kai_ray.ray.queueadmin import QueueChangeError, queue_from_json
-from kai_ray.ray.views import worker_signature
-from kai_ray.ray.workload import TERMINAL, State, WorkloadSpec
+from kai_ray.ray.adapters import KVStore, RayActuator, RayCluster
+from kai_ray.ray.translate import NODE_ID_LABEL, short_node_ids
 
 __all__ = ["NAMESPACE", "SCHEDULER_NAME", "SchedulerActor", "get_or_start_scheduler"]
 
@@ -50,11 +60,16 @@ def _probe_gpus() -> list[dict[str, Any]]:
     return local_gpus()
 
 
-class _ReadyWatchingBackend(RayPlacementBackend):
+class _Clock:
+    def now(self) -> float:
+        return time.time()
+
+
+class _ReadyWatchingActuator(RayActuator):
     """Tells the actor when a group it created becomes ready, so it need not poll."""
 
-    def __init__(self, on_created: Any) -> None:
-        super().__init__()
+    def __init__(self, cluster: RayCluster, store: KVStore, on_created: Any) -> None:
+        super().__init__(cluster, store)
         self._on_created = on_created
 
     def _created(self, name: str, ready_ref: Any) -> None:
@@ -71,18 +86,20 @@ class SchedulerActor:
     ) -> None:
         logging.basicConfig(level=logging.INFO)
         cfg = SchedulerConfig(**config) if config else SchedulerConfig()
-        self.backend = _ReadyWatchingBackend(self._watch_ready)
-        from kai_ray.ray.jobs import RayJobRunner  # the Jobs SDK is only needed here
-
+        self.cluster, store = RayCluster(), KVStore()
+        actuator = _ReadyWatchingActuator(self.cluster, store, self._watch_ready)
         infos = [queue_from_json(q) for q in queues] or [DEFAULT_QUEUE]
-        self.engine = SchedulerEngine(self.backend, KVStore(), infos, cfg, jobs=RayJobRunner())
-        self.engine.load(time.time())  # after a restart: state back, reconciled with Ray
-        self.period_s = period_s
+        # A long-lived process with many live objects: collect between cycles, not in them.
+        self.engine = Controller(
+            self.cluster, actuator, store, _Clock(), infos, cfg, node_label=NODE_ID_LABEL, pause_gc=True
+        )
         self._waiters: dict[str, list[asyncio.Event]] = {}
+        self._metrics: Any = None
+        self._notify(self.engine.load())  # after a restart: state back, reconciled with Ray
+        self.period_s = period_s
         self._wake: asyncio.Event | None = None
         self._nodes_at = 0.0
         self._started_at = time.time()
-        self._metrics: Any = None
         self._probed: set[str] = set()
         self._reaped_at = 0.0
         self._pinned_at = 0.0
@@ -124,8 +141,9 @@ class SchedulerActor:
         refresh = now - self._nodes_at > (NODE_STALE_S if kicked else NODE_REFRESH_S)
         if refresh:
             self._nodes_at = now
-        result = self.engine.step(now, refresh_nodes=refresh)
-        self._notify()
+        step = self.engine.step(refresh_nodes=refresh)
+        result = step.result
+        self._notify(step.events)
         if refresh:
             self._probe_new_nodes()
         if now - self._reaped_at > REAP_S:
@@ -140,7 +158,7 @@ class SchedulerActor:
             # re-uses capacity freed a moment ago only after a ~1 s retry back-off).
             asyncio.get_running_loop().call_later(REUSE_DELAY_S, self._kick)
         if self._metrics is not None:
-            self._metrics.record(self.engine)
+            self._metrics.record(self.engine.queue_status, self.engine.queues, self.engine.workloads.values())
 
     def _probe_new_nodes(self) -> None:
         """NVML on each new GPU node, once: model and memory per device."""
@@ -163,13 +181,13 @@ class SchedulerActor:
                     log.warning("GPU discovery on %s failed: %s", node_id[:12], exc)
                     return
                 if found:
-                    self.engine.gpu_devices[node_id] = found
+                    self.cluster.gpu_devices[node_id] = found
                     self._nodes_at = 0.0  # rebuild node info with it on the next step
 
             asyncio.get_running_loop().create_task(record())
 
     def _reap(self) -> None:
-        """Workloads of drivers that exited are cancelled (see SchedulerEngine.reap_orphans)."""
+        """Workloads of drivers that exited are cancelled (see Controller.reap_orphans)."""
         from ray._private.state import state
 
         try:
@@ -177,9 +195,7 @@ class SchedulerActor:
         except Exception as exc:  # the GCS is busy or restarting: try again later
             log.debug("job table: %s", exc)
             return
-        if self.engine.reap_orphans(dead, time.time()):
-            self.engine.flush()
-            self._notify()
+        self._notify(self.engine.reap_orphans(dead))
 
     def _pin_packages(self) -> None:
         """Keep the working_dir / py_modules a job uploaded at submission in Ray's GCS
@@ -209,36 +225,36 @@ class SchedulerActor:
                 return
             # Running is persisted by the next cycle: a restart before that finds the
             # group alive and marks it Running again.
-            self.engine.group_ready(group, time.time())
-            self._notify()
+            self._notify(self.engine.group_ready(group))
 
         asyncio.get_running_loop().create_task(wait())
 
-    def _notify(self) -> None:
-        for wid in self.engine.changed:
-            for ev in self._waiters.pop(wid, []):
+    def _notify(self, events: list[ControlEvent]) -> None:
+        """Wake whoever waits on a workload an event names; count them in the metrics."""
+        for event in events:
+            for ev in self._waiters.pop(event.workload, []):
                 ev.set()
-        self.engine.changed.clear()
+        if self._metrics is not None:
+            self._metrics.count(events)
 
     # ------------------------------------------------------------ workloads
 
     async def submit(self, wid: str, spec: dict[str, Any], persist: bool = True) -> dict[str, Any]:
         try:
-            self.engine.submit(wid, WorkloadSpec(**spec), time.time())
+            self.engine.submit(wid, WorkloadSpec(**spec))
         except SubmitError as exc:
             return {"submit_error": str(exc)}
         if persist:
             self.engine.flush()  # persisted before the caller hears back
         self._kick()
-        return self.engine.info(wid)
+        return self._info(wid)
 
     async def submit_many(self, items: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
         """Queue several at once: the next cycle sees them all (no first-come advantage)."""
         out = []
-        now = time.time()
         for wid, spec in items:
             try:
-                self.engine.submit(wid, WorkloadSpec(**spec), now)
+                self.engine.submit(wid, WorkloadSpec(**spec))
                 out.append({"id": wid})
             except SubmitError as exc:
                 out.append({"id": wid, "submit_error": str(exc)})
@@ -275,16 +291,16 @@ class SchedulerActor:
                 await asyncio.wait_for(ev.wait(), timeout=left)
             except TimeoutError:
                 break
-        return self.engine.info(wid)
+        return self._info(wid)
 
     async def info(self, wid: str) -> dict[str, Any]:
-        return self.engine.info(wid)
+        return self._info(wid)
 
     async def wait_workers(self, wid: str, seen: list[Any], timeout: float | None = None) -> dict[str, Any]:
         """Return once the workload's usable workers differ from `seen` (a
         worker_signature), or at the timeout (0: at once)."""
         deadline = None if timeout is None else time.time() + timeout
-        while worker_signature(info := self.engine.info(wid)) == seen:
+        while worker_signature(info := self._info(wid)) == seen:
             left = None if deadline is None else deadline - time.time()
             if left is not None and left <= 0:
                 break
@@ -297,33 +313,27 @@ class SchedulerActor:
     async def list_workloads(self, include_finished: bool = True) -> list[dict[str, Any]]:
         ws = self.engine.workloads.values()
         return [
-            {k: v for k, v in self.engine.info(w.id).items() if k != "history"}
+            {k: v for k, v in self._info(w.id).items() if k != "history"}
             for w in ws
             if include_finished or not w.terminal
         ]
 
     async def cancel(self, wid: str) -> dict[str, Any]:
-        self.engine.cancel(wid, time.time())
-        self.engine.flush()
-        self._notify()
+        self._notify(self.engine.cancel(wid))
         self._kick()
-        return self.engine.info(wid)
+        return self._info(wid)
 
     async def finish(self, wid: str, attempt: int, ok: bool, error: str = "") -> dict[str, Any]:
-        self.engine.finish(wid, attempt, ok, error, time.time())
-        self.engine.flush()
-        self._notify()
+        self._notify(self.engine.finish(wid, attempt, ok, error))
         self._kick()
-        return self.engine.info(wid)
+        return self._info(wid)
 
     async def register_runner(self, wid: str, attempt: int, node: str, pid: int) -> bool:
-        ok = self.engine.register_runner(wid, attempt, node, pid)
-        self.engine.flush()
-        return ok
+        return self.engine.register_runner(wid, attempt, node, pid)
 
     async def placement(self, wid: str) -> dict[str, Any]:
         """The groups a running workload holds (gang first, then elastic surplus)."""
-        info = self.engine.info(wid)
+        info = self._info(wid)
         return {
             "state": info["state"],
             "attempt": info["attempt"],
@@ -351,25 +361,12 @@ class SchedulerActor:
         return {**change.as_dict(), "summary": change.summary()}
 
     async def queues(self) -> list[dict[str, Any]]:
-        return [self._queue_row(q) for q in self.engine.queues]
-
-    def _queue_row(self, q: QueueInfo) -> dict[str, Any]:
-        st = self.engine.queue_status.get(q.name)
-        ws = [w for w in self.engine.workloads.values() if w.spec.queue == q.name]
-        return {
-            **dataclasses.asdict(q),
-            "deserved": list(st.deserved) if st else None,
-            "fair_share": list(st.fair_share) if st else None,
-            "allocated": list(st.allocated) if st else None,
-            "requested": list(st.requested) if st else None,
-            "pending": sum(w.state is State.QUEUED for w in ws),
-            "running": sum(w.state in (State.RUNNING, State.ADMITTING, State.PREEMPTING) for w in ws),
-        }
+        return queue_views(self.engine.queues, self.engine.queue_status, self.engine.workloads.values())
 
     async def explain(self, wid: str) -> dict[str, Any]:
-        info = self.engine.info(wid)
-        queue = next((q for q in self.engine.queues if q.name == info["queue"]), None)
-        info["queue_status"] = self._queue_row(queue) if queue else None
+        info = self._info(wid)
+        rows = {q["name"]: q for q in await self.queues()}
+        info["queue_status"] = rows.get(info["queue"])
         return info
 
     async def status(self) -> dict[str, Any]:
@@ -378,11 +375,17 @@ class SchedulerActor:
         for w in self.engine.workloads.values():
             counts[w.state.value] = counts.get(w.state.value, 0) + 1
         return {
-            "nodes": [node_usage(n, held.get(n.name, {})) for n in self.engine.nodes.values()],
+            "nodes": [
+                node_usage(n, held.get(n.name, {}), (NODE_ID_LABEL,)) for n in self.engine.nodes.values()
+            ],
             "workloads": counts,
             "queues": await self.queues(),
             "uptime_s": time.time() - self._started_at,
         }
+
+    def _info(self, wid: str) -> dict[str, Any]:
+        """A workload's view, with Ray's 56-digit node ids in its words shortened."""
+        return short_node_ids(self.engine.info(wid))
 
     async def ping(self) -> float:
         return time.time()

@@ -12,10 +12,8 @@ from typing import Any, Literal
 
 import ray
 
+from kai_ray.control import OWNER_KEY, QueueChangeError, SubmitError, WorkloadSpec
 from kai_ray.core import QueueInfo
-from kai_ray.ray.engine import OWNER_JOB_KEY, SubmitError
-from kai_ray.ray.queueadmin import QueueChangeError
-from kai_ray.ray.workload import WorkloadSpec
 
 __all__ = [
     "QueuesArg",
@@ -155,7 +153,7 @@ def _stamp_owner(spec: WorkloadSpec) -> WorkloadSpec:
     """Functions and blocks live as long as this driver: the scheduler cancels them when
     its Ray job ends. Jobs run on their own and are not stamped."""
     if spec.kind != "job":
-        spec.metadata.setdefault(OWNER_JOB_KEY, ray.get_runtime_context().get_job_id())
+        spec.metadata.setdefault(OWNER_KEY, ray.get_runtime_context().get_job_id())
     return spec
 
 

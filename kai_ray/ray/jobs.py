@@ -16,8 +16,7 @@ from typing import Any
 
 import ray
 
-from kai_ray.ray.ports import ActionFailed
-from kai_ray.ray.workload import Workload
+from kai_ray.control import ActionFailed, Workload, task_index
 
 __all__ = [
     "ENV_ATTEMPT",
@@ -66,7 +65,7 @@ class RayJobRunner:
             # same itself (kai_ray.train_scaling_config builds Ray Train's config from it).
             ENV_PLACEMENT: json.dumps(
                 {
-                    "nodes": [w.slots[t].node for t in sorted(w.slots, key=lambda t: int(t[1:]))],
+                    "nodes": [w.slots[t].node for t in sorted(w.slots, key=task_index)],
                     "resources_per_worker": w.spec.resources_per_worker,
                     "handed_off": w.handed_off,
                 }

@@ -4,15 +4,12 @@ admission wait time."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping, Sequence
 
 from ray.util.metrics import Counter, Gauge, Histogram
 
-from kai_ray.core import RESOURCES
-from kai_ray.ray.workload import State
-
-if TYPE_CHECKING:
-    from kai_ray.ray.engine import SchedulerEngine
+from kai_ray.control import Admitted, ControlEvent, Preempted, State, Workload
+from kai_ray.core import RESOURCES, QueueInfo, QueueStatus
 
 __all__ = ["SchedulerMetrics"]
 
@@ -33,21 +30,26 @@ class SchedulerMetrics:
             tag_keys=("queue",),
         )
 
-    def record(self, engine: SchedulerEngine) -> None:
-        for queue, st in engine.queue_status.items():
+    def record(
+        self, status: Mapping[str, QueueStatus], queues: Sequence[QueueInfo], workloads: Iterable[Workload]
+    ) -> None:
+        """The gauges, after a cycle."""
+        for queue, st in status.items():
             for i, res in enumerate(RESOURCES):
                 tags = {"queue": queue, "resource": res}
                 self.allocated.set(st.allocated[i], tags=tags)
                 self.fair_share.set(st.fair_share[i], tags=tags)
-        pending: dict[str, int] = {q.name: 0 for q in engine.queues}
-        for w in engine.workloads.values():
+        pending: dict[str, int] = {q.name: 0 for q in queues}
+        for w in workloads:
             if w.state is State.QUEUED:
                 pending[w.spec.queue] = pending.get(w.spec.queue, 0) + 1
         for queue, n in pending.items():
             self.pending.set(n, tags={"queue": queue})
-        for kind, queue, value in engine.events:
-            if kind == "preempted":
-                self.preemptions.inc(1, tags={"queue": queue})
-            elif kind == "admitted":
-                self.admission_wait.observe(max(0.0, value), tags={"queue": queue})
-        engine.events.clear()
+
+    def count(self, events: Iterable[ControlEvent]) -> None:
+        """The counters and histograms, from the controller's events."""
+        for e in events:
+            if isinstance(e, Preempted):
+                self.preemptions.inc(1, tags={"queue": e.queue})
+            elif isinstance(e, Admitted):
+                self.admission_wait.observe(max(0.0, e.waited), tags={"queue": e.queue})

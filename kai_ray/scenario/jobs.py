@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from kai_ray.config.errors import ConfigError
 from kai_ray.config.priority import PriorityClasses, UnknownPriorityClassError
+from kai_ray.control.validate import listing, queue_problem
 from kai_ray.core.model import (
     HOSTNAME_LABEL,
     JobInfo,
@@ -39,14 +40,6 @@ class JobContext:
     now: float
 
 
-def listing(names: Sequence[str], most: int = 12) -> str:
-    """`a, b, c`, shortened for long lists; `none` for an empty one."""
-    if not names:
-        return "none"
-    shown = ", ".join(names[:most])
-    return shown + (f", ... ({len(names)} in all)" if len(names) > most else "")
-
-
 def build_job(spec: JobSpec, position: int, context: JobContext) -> JobInfo:
     where = f"job {spec.name!r}"
     _check_queue(spec.queue, context.queues, where)
@@ -77,21 +70,9 @@ _BOTH_GPU = "gives both gpu and gpuMemory; ask for devices (gpu) or device memor
 
 
 def _check_queue(name: str, queues: Sequence[QueueInfo], where: str) -> None:
-    parents = {q.parent for q in queues if q.parent is not None}
-    leaves = [q.name for q in queues if q.name not in parents]
-    field = f"{where}: queue"
-    if name not in {q.name for q in queues}:
-        raise ConfigError(
-            f"queue {name!r} does not exist; use one of the leaf queues ({listing(leaves)})",
-            field=field,
-        )
-    if name in parents:
-        children = [q.name for q in queues if q.parent == name]
-        raise ConfigError(
-            f"queue {name!r} has child queues ({listing(children)}); only leaf queues hold "
-            "jobs: put the job in one of them",
-            field=field,
-        )
+    problem = queue_problem(name, queues)
+    if problem:
+        raise ConfigError(problem, field=f"{where}: queue")
 
 
 def _expand(tasks: list[TaskSpec] | TaskCountSpec) -> list[TaskSpec]:

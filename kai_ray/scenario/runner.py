@@ -17,11 +17,11 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from kai_ray.control.planner import PlanError, plan_cycle
 from kai_ray.core.model import (
     Bind,
     ClusterSnapshot,
     CycleResult,
-    Evict,
     JobInfo,
     Pipeline,
     SchedulerConfig,
@@ -42,12 +42,11 @@ __all__ = [
 ]
 
 CycleFn = Callable[[ClusterSnapshot, SchedulerConfig, float], CycleResult]
-_HOLDING = (TaskStatus.RUNNING, TaskStatus.RELEASING)
-_TaskKey = tuple[str, str]
 
 
 class ScenarioRunError(RuntimeError):
-    """The core decided something that cannot be applied (a bug in the core, not the file)."""
+    """The core decided something that cannot be applied (a bug in the core, not the file):
+    the planner's PlanError, said as the scenario's failure."""
 
 
 @dataclass(slots=True)
@@ -129,60 +128,26 @@ def _working_copy(snapshot: ClusterSnapshot) -> ClusterSnapshot:
 
 
 def apply_result(snapshot: ClusterSnapshot, result: CycleResult, clock: float) -> None:
-    """Carry the cycle's decisions into the tasks' states (see the module docstring)."""
+    """Carry the cycle's decisions into the tasks' states (see the module docstring),
+    through the same planner every backend uses."""
+    try:
+        plan = plan_cycle(result, snapshot.jobs, (n.name for n in snapshot.nodes))
+    except PlanError as e:
+        raise ScenarioRunError(str(e)) from None
     tasks = {(job.name, t.name): t for job in snapshot.jobs for t in job.tasks}
-    nodes = {n.name for n in snapshot.nodes}
-    placed: dict[_TaskKey, Bind | Pipeline] = {}
-    evicted: set[_TaskKey] = set()
-    for decision in result.decisions:
-        key = (decision.job, decision.task)
-        if key not in tasks:
-            raise ScenarioRunError(f"{_kind(decision)} names an unknown task {key[1]!r} of job {key[0]!r}")
-        if isinstance(decision, Evict):
-            _once(key, evicted, "evicted")
-            evicted.add(key)
-        else:
-            if decision.node not in nodes:
-                raise ScenarioRunError(
-                    f"{_kind(decision)} of task {key[1]!r} names an unknown node {decision.node!r}"
-                )
-            _once(key, placed, "placed")
-            placed[key] = decision
-    for key in evicted:
-        _evict(tasks[key], placed.get(key), clock)
-    for key, placement in placed.items():
-        if key not in evicted:
-            _place(tasks[key], placement, clock)
+    for job, jp in plan.jobs.items():
+        for e in jp.evicted:
+            _set(tasks[(job, e.task)], TaskStatus.RELEASING, clock)
+        for e, move in jp.moved:  # a consolidation move: it waits on its new node
+            _put(tasks[(job, e.task)], move, TaskStatus.PIPELINED, clock)
+        for b in jp.binds:
+            _put(tasks[(job, b.task)], b, TaskStatus.BINDING, clock)
+        for p in jp.pipelined:
+            _put(tasks[(job, p.task)], p, TaskStatus.PIPELINED, clock)
 
 
-def _kind(decision: Bind | Pipeline | Evict) -> str:
-    return type(decision).__name__
-
-
-def _once(key: _TaskKey, seen: set[_TaskKey] | dict[_TaskKey, Bind | Pipeline], what: str) -> None:
-    if key in seen:
-        raise ScenarioRunError(f"task {key[1]!r} of job {key[0]!r} is {what} twice in one cycle")
-
-
-def _evict(task: TaskInfo, move: Bind | Pipeline | None, clock: float) -> None:
-    if task.status not in _HOLDING:
-        raise ScenarioRunError(f"Evict of task {task.name!r}, which is {task.status.value}")
-    if move is None:
-        _set(task, TaskStatus.RELEASING, clock)
-        return
-    # A consolidation move: it waits on its new node until the old one is released.
-    task.node, task.gpu_group = move.node, move.gpu_group
-    _set(task, TaskStatus.PIPELINED, clock)
-
-
-def _place(task: TaskInfo, placement: Bind | Pipeline, clock: float) -> None:
-    if task.status is not TaskStatus.PENDING:
-        raise ScenarioRunError(
-            f"{_kind(placement)} of task {task.name!r}, which is {task.status.value} "
-            "and was not evicted in the same cycle"
-        )
+def _put(task: TaskInfo, placement: Bind | Pipeline, status: TaskStatus, clock: float) -> None:
     task.node, task.gpu_group = placement.node, placement.gpu_group
-    status = TaskStatus.BINDING if isinstance(placement, Bind) else TaskStatus.PIPELINED
     _set(task, status, clock)
 
 

@@ -27,6 +27,14 @@ def hold(gate: Any, key: str, children: int = 0) -> list[str]:
 
     @ray.remote(num_gpus=4, num_cpus=1)
     def child() -> str:
+        # Hold the bundle until every child runs: one that finished early would free its
+        # bundle for the next, and two children could share one node one after the other.
+        ray.get(gate.record.remote(f"{key}/child"))
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            if sum(k == f"{key}/child" for k, _ in ray.get(gate.entries.remote())) >= children:
+                break
+            time.sleep(0.05)
         return str(ray.get_runtime_context().get_node_id())
 
     nodes = ray.get([child.remote() for _ in range(children)])
@@ -60,8 +68,10 @@ def test_gang_is_admitted_whole_or_not_at_all(start_scheduler: Any) -> None:
     assert sorted(group["bundles_to_node_id"].values()) == sorted(info["nodes"])
     assert len(set(info["nodes"])) == 2 and set(info["nodes"]) <= set(gpu_node_ids())
     # The body's child tasks ran inside the reservation, on its nodes.
-    entries = wait_until(lambda: ray.get(gate.entries.remote()), what="children ran")
-    assert sorted(entries[0][1]) == sorted(info["nodes"])
+    entries = wait_until(
+        lambda: [v for k, v in ray.get(gate.entries.remote()) if k == "first"], what="children ran"
+    )
+    assert sorted(entries[0]) == sorted(info["nodes"])
 
     second = big.submit(gate, "second")  # 8 GPUs wanted, 4 free: must not start half
     wait_until(lambda: second.info()["reason"] != "waiting for the first scheduling cycle")

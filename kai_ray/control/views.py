@@ -1,15 +1,17 @@
 """What the scheduler shows of a workload: plain dicts for clients, the CLI and the
-dashboard (kept out of the engine, which decides; this only describes)."""
+dashboard (kept out of the controller, which decides; this only describes)."""
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Iterable
+import dataclasses
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from kai_ray.ray.workload import State, Workload
+from kai_ray.control.workload import HOLDING, SlotState, State, Workload
+from kai_ray.core import QueueInfo, QueueStatus
 
-__all__ = ["queue_positions", "worker_signature", "workload_view"]
+__all__ = ["queue_views", "worker_signature", "workload_view"]
 
 
 def workload_view(w: Workload, pos: tuple[int, int] | None) -> dict[str, Any]:
@@ -23,6 +25,7 @@ def workload_view(w: Workload, pos: tuple[int, int] | None) -> dict[str, Any]:
         "priority": w.spec.priority,
         "state": w.state.value,
         "reason": w.reason,
+        "reason_code": w.reason_code if w.state is State.QUEUED else "",
         "position": pos[0] if pos else None,
         "queue_length": pos[1] if pos else None,
         "attempt": w.attempt,
@@ -30,7 +33,7 @@ def workload_view(w: Workload, pos: tuple[int, int] | None) -> dict[str, Any]:
         "group_id": w.group_ids.get(w.gang_group) if w.slots else None,
         "group_ids": dict(w.group_ids),
         "groups": sorted(w.groups()),
-        "nodes": [w.slots[t].node for t in sorted(w.slots, key=lambda t: int(t[1:]))],
+        "nodes": [s.node for _, s in w.ordered_slots()],
         "workers": len(w.slots),
         "slots": _slot_views(w),
         "preemptions": w.preemptions,
@@ -47,8 +50,7 @@ def _slot_views(w: Workload) -> list[dict[str, Any]]:
     """Each admitted worker: its group id and bundle index there (the gang's group
     holds one bundle per gang worker, in task order; a surplus worker a group alone)."""
     out, index = [], 0
-    for task in sorted(w.slots, key=lambda t: int(t[1:])):
-        s = w.slots[task]
+    for task, s in w.ordered_slots():
         bundle = 0 if s.surplus else index
         index += 0 if s.surplus else 1
         out.append(
@@ -58,7 +60,9 @@ def _slot_views(w: Workload) -> list[dict[str, Any]]:
                 "group_id": w.group_ids.get(s.group),
                 "bundle": bundle,
                 "surplus": s.surplus,
-                "ready": s.ready or (not s.surplus and w.state is State.RUNNING),
+                "state": s.state.value,
+                # Reserved: work may use it (a slot being taken back still holds it).
+                "ready": s.state is not SlotState.RESERVING or (not s.surplus and w.state is State.RUNNING),
                 "releasing_at": s.releasing_at,
             }
         )
@@ -72,15 +76,30 @@ def worker_signature(view: dict[str, Any]) -> list[Any]:
     return [view["state"], slots]
 
 
-def queue_positions(live: Iterable[Workload]) -> dict[str, tuple[int, int]]:
-    """Queued workload -> (its 1-based place in its queue, the queue's length)."""
-    by_queue: dict[str, list[Workload]] = defaultdict(list)
-    for w in live:
+def queue_views(
+    queues: Sequence[QueueInfo], status: Mapping[str, QueueStatus], workloads: Iterable[Workload]
+) -> list[dict[str, Any]]:
+    """Each queue: its spec, the last cycle's fair share, allocation and demand (per
+    resource, in RESOURCES order), and how many of its workloads wait and run."""
+    pending: Counter[str] = Counter()
+    running: Counter[str] = Counter()
+    for w in workloads:
         if w.state is State.QUEUED:
-            by_queue[w.spec.queue].append(w)
-    positions = {}
-    for ws in by_queue.values():
-        ws.sort(key=lambda w: (-w.spec.priority, w.created_at, w.id))
-        for i, w in enumerate(ws):
-            positions[w.id] = (i + 1, len(ws))
-    return positions
+            pending[w.spec.queue] += 1
+        elif w.state in HOLDING:
+            running[w.spec.queue] += 1
+    rows = []
+    for q in queues:
+        st = status.get(q.name)
+        rows.append(
+            {
+                **dataclasses.asdict(q),
+                "deserved": list(st.deserved) if st else None,
+                "fair_share": list(st.fair_share) if st else None,
+                "allocated": list(st.allocated) if st else None,
+                "requested": list(st.requested) if st else None,
+                "pending": pending[q.name],
+                "running": running[q.name],
+            }
+        )
+    return rows

@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from kai_ray.control.queues import QueueChangeError, plan_apply, plan_delete
 from kai_ray.core import QueueInfo
-from kai_ray.ray.queueadmin import QueueChangeError, plan_apply, plan_delete
 
-from .fakes import make, spec
+from .harness import make
 
 DEPT = QueueInfo("dept")
 TEAM_A = QueueInfo("team-a", parent="dept", quota=(4, 0, 0))
@@ -124,17 +124,18 @@ def test_delete(case: Delete) -> None:
     assert [q.name for q in change.queues] == case.left and list(change.removed) == case.names
 
 
-def test_the_engine_counts_queued_and_running_workloads_as_holders_not_finished_ones() -> None:
-    engine, _, store = make()
-    engine.submit("running", spec(queue="child", resources_per_worker={"GPU": 1}), 0)
-    engine.submit("done", spec(queue="a", resources_per_worker={"GPU": 1}), 0)
-    engine.step(1)
-    engine.step(2)
-    engine.finish("done", 1, True, "", 3)
+def test_the_controller_counts_queued_and_running_workloads_as_holders_not_finished_ones() -> None:
+    h = make()
+    h.submit("running", queue="child", resources_per_worker={"GPU": 1})
+    h.submit("done", queue="a", resources_per_worker={"GPU": 1})
+    h.at(1).step()
+    h.at(2).step()
+    h.controller.finish("done", 1, True)
     with pytest.raises(
         QueueChangeError, match="queue 'parent' still holds workloads \\(child child: running"
     ):
-        engine.delete_queues(["parent", "child"])
-    assert [q.name for q in engine.queues] == ["a", "parent", "child"]  # nothing changed
-    change = engine.delete_queues(["a"])  # its only workload finished
-    assert change.removed == ("a",) and [q["name"] for q in store.queues or []] == ["parent", "child"]
+        h.controller.delete_queues(["parent", "child"])
+    assert [q.name for q in h.controller.queues] == ["a", "parent", "child"]  # nothing changed
+    change = h.controller.delete_queues(["a"])  # its only workload finished
+    stored = h.store.data["queues"].value
+    assert change.removed == ("a",) and [q["name"] for q in stored] == ["parent", "child"]  # type: ignore[index]

@@ -1,9 +1,12 @@
-"""A workload as the scheduler actor keeps it: its spec, its state and the state's history.
+"""A workload as the control plane keeps it: its spec, its state, its slots and the
+state's history. Plain data that round-trips through JSON: a backend's Store persists it
+and the controller rebuilds it after a restart.
 
-State changes go through `Workload.move`, which checks them against `TRANSITIONS`, so an
-impossible change (admitting a finished workload, say) is a bug found at once rather
-than a placement group leaked later. Everything here is plain data that round-trips
-through JSON: the actor persists it and rebuilds it after a restart.
+Two tables say which changes are possible: `TRANSITIONS` for the workload's state and
+`SLOT_TRANSITIONS` for an elastic worker's slot. `Workload.move` and `Slot.move` check
+every change against them, so an impossible one (admitting a finished workload) is a bug
+found at once rather than a reservation leaked later. Only kai_ray.control.lifecycle
+calls them: it is the one place where a workload's state changes.
 """
 
 from __future__ import annotations
@@ -13,14 +16,20 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 __all__ = [
+    "GROUP_PREFIX",
     "HOLDING",
+    "SLOT_TRANSITIONS",
     "TERMINAL",
     "TRANSITIONS",
     "Slot",
+    "SlotState",
     "State",
     "TransitionError",
     "Workload",
     "WorkloadSpec",
+    "group_owner",
+    "task_index",
+    "task_name",
 ]
 
 
@@ -59,7 +68,40 @@ TRANSITIONS: dict[State, frozenset[State]] = {
     State.CANCELLED: frozenset(),
 }
 
+
+class SlotState(enum.Enum):
+    """One admitted worker's reservation. The gang's slots share the workload's state;
+    an elastic surplus slot has a life of its own inside a running workload."""
+
+    RESERVING = "Reserving"  # its placement is asked for, not confirmed yet
+    READY = "Ready"  # reserved: work may be put there
+    RELEASING = "Releasing"  # taken back: given up at `releasing_at`
+
+
+SLOT_TRANSITIONS: dict[SlotState, frozenset[SlotState]] = {
+    SlotState.RESERVING: frozenset({SlotState.READY, SlotState.RELEASING}),
+    SlotState.READY: frozenset({SlotState.RELEASING}),
+    SlotState.RELEASING: frozenset(),
+}
+
 Kind = Literal["function", "block", "job"]
+
+
+GROUP_PREFIX = "kai-ray/"  # every group: kai-ray/<workload>/<attempt>[/<task>]
+
+
+def group_owner(group: str) -> str:
+    """The workload a group (reservation) belongs to."""
+    return group.removeprefix(GROUP_PREFIX).split("/")[0]
+
+
+def task_name(index: int) -> str:
+    """The core's name for worker `index` of a workload; task_index reads it back."""
+    return f"w{index}"
+
+
+def task_index(name: str) -> int:
+    return int(name[1:])
 
 
 class TransitionError(RuntimeError):
@@ -106,8 +148,17 @@ class Slot:
     node: str
     group: str
     surplus: bool = False
-    ready: bool = False
-    releasing_at: float | None = None  # surplus being taken back: removal time
+    state: SlotState = SlotState.RESERVING
+    releasing_at: float | None = None  # RELEASING: when it is given up
+
+    def move(self, to: SlotState) -> None:
+        if to not in SLOT_TRANSITIONS[self.state]:
+            raise TransitionError(f"slot on {self.node}: {self.state.value} -> {to.value} is not allowed")
+        self.state = to
+
+    @property
+    def ready(self) -> bool:
+        return self.state is SlotState.READY
 
 
 @dataclass(slots=True)
@@ -117,6 +168,7 @@ class Workload:
     created_at: float
     state: State = State.QUEUED
     reason: str = "waiting for the first scheduling cycle"
+    reason_code: str = ""  # while queued: the stable code of the core's reason
     attempt: int = 0  # admissions so far; names the placement groups
     since: float = 0.0  # when it entered `state`
     queued_at: float = 0.0  # when it last entered QUEUED: admission wait counts from here
@@ -156,24 +208,22 @@ class Workload:
         self.retry_at = now + wait
         return wait
 
-    def next_deadline(self) -> float | None:
-        """When this workload next needs the loop without anyone asking: the end of its
-        grace period, a surplus worker's release, or its admission retry."""
-        if self.state is State.PREEMPTING:
-            return self.deadline
-        if self.state is State.QUEUED:
-            return self.retry_at
+    def next_deadline(self, now: float) -> float | None:
+        """When this workload next needs the controller without anyone asking: the end
+        of its grace period, a surplus worker's release, or its admission retry (only
+        times still ahead: one that passed is being handled)."""
+        times: list[float] = []
+        if self.state is State.PREEMPTING and self.deadline is not None:
+            times.append(self.deadline)
+        if self.state is State.QUEUED and self.retry_at is not None:
+            times.append(self.retry_at)
         if self.state is State.RUNNING:
-            return min(
-                (s.releasing_at for s in self.slots.values() if s.releasing_at is not None), default=None
-            )
-        return None
+            times += [s.releasing_at for s in self.slots.values() if s.releasing_at is not None]
+        return min((t for t in times if t > now), default=None)
 
     def waiting_to_retry(self, now: float) -> bool:
-        """True while backing off; once the wait is over, clears it (and says False)."""
-        if self.retry_at is not None and now >= self.retry_at:
-            self.retry_at = None
-        return self.retry_at is not None
+        """True while backing off after failed admissions."""
+        return self.retry_at is not None and now < self.retry_at
 
     @property
     def terminal(self) -> bool:
@@ -181,10 +231,14 @@ class Workload:
 
     @property
     def gang_group(self) -> str:
-        return f"kai-ray/{self.id}/{self.attempt}"
+        return f"{GROUP_PREFIX}{self.id}/{self.attempt}"
 
     def task_names(self) -> list[str]:
-        return [f"w{i}" for i in range(self.spec.workers)]
+        return [task_name(i) for i in range(self.spec.workers)]
+
+    def ordered_slots(self) -> list[tuple[str, Slot]]:
+        """(task, slot) in worker order: the gang's first."""
+        return sorted(self.slots.items(), key=lambda item: task_index(item[0]))
 
     def groups(self) -> set[str]:
         """The placement groups this workload holds now."""
@@ -201,6 +255,7 @@ class Workload:
             "created_at": self.created_at,
             "state": self.state.value,
             "reason": self.reason,
+            "reason_code": self.reason_code,
             "attempt": self.attempt,
             "since": self.since,
             "queued_at": self.queued_at,
@@ -210,7 +265,7 @@ class Workload:
                     "node": s.node,
                     "group": s.group,
                     "surplus": s.surplus,
-                    "ready": s.ready,
+                    "state": s.state.value,
                     "releasing_at": s.releasing_at,
                 }
                 for k, s in self.slots.items()
@@ -230,7 +285,14 @@ class Workload:
     def from_json(cls, data: dict[str, Any]) -> Workload:
         data = dict(data)
         spec = WorkloadSpec(**data.pop("spec"))
-        slots = {k: Slot(**v) for k, v in data.pop("slots").items()}
+        slots = {k: _slot_from_json(v) for k, v in data.pop("slots").items()}
         history = [tuple(h) for h in data.pop("history")]
         state = State(data.pop("state"))
         return cls(spec=spec, slots=slots, history=history, state=state, **data)
+
+
+def _slot_from_json(data: dict[str, Any]) -> Slot:
+    data = dict(data)
+    if "ready" in data:  # written before slots had states
+        data["state"] = SlotState.READY.value if data.pop("ready") else SlotState.RESERVING.value
+    return Slot(**{**data, "state": SlotState(data["state"])})

@@ -1,0 +1,100 @@
+"""The one decision applier: a cycle's decisions, checked and grouped per job.
+
+`plan_cycle(result, jobs)` turns the core's flat list of decisions into one `JobPlan`
+per job (what to bind, what waits on capacity being released, what to evict, what moves)
+and says, for every job left waiting, why and where it stands in its queue. It refuses a
+decision that cannot be carried out (an unknown task, a task placed twice, an eviction of
+a task that holds nothing): that is a bug in the core, found here rather than half
+applied. Every backend and the scenario runner apply the same plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from kai_ray.core import Bind, CycleResult, Evict, JobInfo, Pipeline, Reason, TaskInfo, TaskStatus
+
+__all__ = ["JobPlan", "Plan", "PlanError", "plan_cycle"]
+
+_HOLDING = (TaskStatus.RUNNING, TaskStatus.RELEASING, TaskStatus.BINDING)
+Placed = Bind | Pipeline
+
+
+class PlanError(RuntimeError):
+    """The core decided something that cannot be applied (a bug in the core)."""
+
+
+@dataclass(slots=True)
+class JobPlan:
+    binds: list[Bind] = field(default_factory=list)  # placed on capacity free now
+    pipelined: list[Pipeline] = field(default_factory=list)  # on capacity being released
+    evicted: list[Evict] = field(default_factory=list)  # taken away, not placed again
+    moved: list[tuple[Evict, Placed]] = field(default_factory=list)  # evicted and re-placed
+
+    @property
+    def evicted_tasks(self) -> frozenset[str]:
+        return frozenset(e.task for e in self.evicted) | frozenset(e.task for e, _ in self.moved)
+
+
+@dataclass(slots=True)
+class Plan:
+    jobs: dict[str, JobPlan]  # jobs with decisions
+    waiting: dict[str, Reason]  # every job left with pending tasks, and why
+    positions: dict[str, tuple[int, int]]  # waiting job -> (1-based place, queue length)
+
+
+def plan_cycle(result: CycleResult, jobs: Iterable[JobInfo], nodes: Iterable[str] | None = None) -> Plan:
+    """Check and group `result`'s decisions by job (`jobs`: the cycle's input)."""
+    tasks = {(job.name, t.name): t for job in jobs for t in job.tasks}
+    known_nodes = None if nodes is None else set(nodes)
+    placed: dict[tuple[str, str], Placed] = {}
+    evicted: dict[tuple[str, str], Evict] = {}
+    for d in result.decisions:
+        key = (d.job, d.task)
+        if key not in tasks:
+            raise PlanError(f"{type(d).__name__} names an unknown task {d.task!r} of job {d.job!r}")
+        seen = evicted if isinstance(d, Evict) else placed
+        if key in seen:
+            raise PlanError(f"task {d.task!r} of job {d.job!r} is {_verb(d)} twice in one cycle")
+        if known_nodes is not None and d.node not in known_nodes:
+            raise PlanError(f"{type(d).__name__} of task {d.task!r} names an unknown node {d.node!r}")
+        if isinstance(d, Evict):
+            evicted[key] = d
+        else:
+            placed[key] = d
+    plans: dict[str, JobPlan] = {}
+    for key, e in evicted.items():
+        _check_holds(tasks[key], e)
+        plan = plans.setdefault(key[0], JobPlan())
+        move = placed.pop(key, None)
+        if move is None:
+            plan.evicted.append(e)
+        else:
+            plan.moved.append((e, move))
+    for key, p in placed.items():
+        _check_pending(tasks[key], p)
+        plan = plans.setdefault(key[0], JobPlan())
+        (plan.binds if isinstance(p, Bind) else plan.pipelined).append(p)  # type: ignore[arg-type]
+    return Plan(jobs=plans, waiting=dict(result.waiting), positions=_positions(result.queue_order))
+
+
+def _positions(order: Mapping[str, tuple[str, ...]]) -> dict[str, tuple[int, int]]:
+    return {job: (i + 1, len(jobs)) for jobs in order.values() for i, job in enumerate(jobs)}
+
+
+def _check_holds(task: TaskInfo, e: Evict) -> None:
+    if task.status not in _HOLDING:
+        raise PlanError(f"Evict of task {task.name!r}, which is {task.status.value}")
+
+
+def _check_pending(task: TaskInfo, p: Placed) -> None:
+    if task.status is not TaskStatus.PENDING:
+        raise PlanError(
+            f"{type(p).__name__} of task {task.name!r}, which is {task.status.value} "
+            "and was not evicted in the same cycle"
+        )
+
+
+def _verb(d: Bind | Pipeline | Evict) -> str:
+    return "evicted" if isinstance(d, Evict) else "placed"

@@ -1,0 +1,117 @@
+"""Workloads as the core sees them: the one place that turns the workload table into the
+core's jobs, tasks and requests, and says what they hold.
+
+A worker's resources are written with kai-ray's names, which are Ray's: `GPU`, `CPU`,
+`memory`, `gpu_memory` (bytes of one device, for a memory-sized GPU fraction) and any
+other (extended) resource; quantities such as "16Gi" are parsed here.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from kai_ray.control.workload import HOLDING, SlotState, State, Workload
+from kai_ray.core import JobInfo, NodeInfo, Request, TaskInfo, TaskStatus, TopologyConstraint
+from kai_ray.core.quantity import parse_quantity
+
+__all__ = [
+    "NODE_TOPOLOGY",
+    "held_by_workloads",
+    "job_info",
+    "parse_resources",
+    "request_for",
+]
+
+NODE_TOPOLOGY = "kai-ray-node"  # a one-level topology over the node's own label: STRICT_PACK
+_CORE_NAMES = {"GPU", "CPU", "memory", "gpu_memory"}
+_SPREAD = {"SPREAD": "preferred", "STRICT_SPREAD": "required"}
+_SLOT_STATUS = {
+    State.ADMITTING: TaskStatus.BINDING,
+    State.RUNNING: TaskStatus.RUNNING,
+    State.PREEMPTING: TaskStatus.RELEASING,
+}
+
+
+def parse_resources(resources: Mapping[str, Any]) -> dict[str, float]:
+    """Resources with quantities allowed (`memory: 4Gi`), as floats. Raises ValueError
+    naming the resource when a value is not a non-negative quantity."""
+    out: dict[str, float] = {}
+    for name, value in resources.items():
+        try:
+            amount = parse_quantity(value)
+        except ValueError as exc:
+            raise ValueError(f"resources_per_worker[{name!r}]: {exc}") from None
+        if amount < 0:
+            raise ValueError(f"resources_per_worker[{name!r}] = {value!r}: must be >= 0")
+        if name == "GPU" and amount > 1 and amount != int(amount):
+            raise ValueError(f"resources_per_worker['GPU'] = {value!r}: above 1 a GPU count must be whole")
+        out[name] = amount
+    return out
+
+
+def request_for(resources: Mapping[str, float]) -> Request:
+    extended = tuple(sorted((k, float(v)) for k, v in resources.items() if k not in _CORE_NAMES))
+    return Request(
+        gpu=float(resources.get("GPU", 0.0)),
+        gpu_memory=float(resources.get("gpu_memory", 0.0)),
+        cpu=float(resources.get("CPU", 0.0)),
+        memory=float(resources.get("memory", 0.0)),
+        extended=extended,
+    )
+
+
+def job_info(w: Workload, node_label: str) -> JobInfo:
+    """A live (non-terminal) workload as the core's JobInfo: one task per worker.
+    `node_label`: the label every node carries with its own name (STRICT_PACK packs
+    within one value of it)."""
+    request = request_for(w.spec.resources_per_worker)
+    tasks: list[TaskInfo] = []
+    for name in w.task_names():
+        slot = w.slots.get(name)
+        if slot is None or w.state is State.QUEUED:
+            tasks.append(TaskInfo(name, TaskStatus.PENDING, request, since=w.since))
+            continue
+        status = _SLOT_STATUS[w.state]
+        if slot.state is SlotState.RELEASING:
+            status = TaskStatus.RELEASING
+        tasks.append(TaskInfo(name, status, request, node=slot.node, since=w.since))
+    topology = None
+    if w.spec.strategy == "STRICT_PACK":
+        topology = TopologyConstraint(topology=NODE_TOPOLOGY, required=node_label)
+    # PACK is the scheduler's binpack (or its configured spread); SPREAD and STRICT_SPREAD
+    # mean what Ray means by them: a node per worker when possible, or always.
+    return JobInfo(
+        name=w.id,
+        queue=w.spec.queue,
+        tasks=tasks,
+        priority=w.spec.priority,
+        preemptible=w.spec.preemptible,
+        min_member=w.spec.gang,
+        created_at=w.created_at,
+        topology=topology,
+        spread=_SPREAD.get(w.spec.strategy, ""),
+    )
+
+
+def held_by_workloads(
+    workloads: Iterable[Workload], nodes: Mapping[str, NodeInfo]
+) -> dict[str, dict[str, float]]:
+    """Per node, what the admitted workloads hold there, in the core's resource names
+    (gpu, cpu, memory, extended). A reservation counts from the moment it is recorded,
+    ready or not, so that an estimate of outside use errs towards less capacity, never
+    towards double booking."""
+    held: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for w in workloads:
+        if w.state not in HOLDING or not w.slots:
+            continue
+        request = request_for(w.spec.resources_per_worker)
+        for s in w.slots.values():
+            node = nodes.get(s.node)
+            gpu = request.gpu_fraction(node.gpu_memory) if node is not None else request.gpu
+            amounts = (("gpu", gpu), ("cpu", request.cpu), ("memory", request.memory), *request.extended)
+            for name, amount in amounts:
+                if amount > 0:
+                    held[s.node][name] += amount
+    return {k: dict(v) for k, v in held.items()}

@@ -1,0 +1,129 @@
+"""What the scheduler refuses before anything is queued, with the field and the fix in
+the message. One place for every backend (Ray's submit, Kubernetes' pods, scenario files'
+job entries), so that a rule and its words exist once; the core keeps only a defensive
+check of its own inputs (an unknown queue there makes the job `invalid`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+
+from kai_ray.control.snapshot import job_info, parse_resources, request_for
+from kai_ray.control.workload import Workload, WorkloadSpec
+from kai_ray.core import NodeInfo, QueueInfo, Request, gang_never_fits
+
+__all__ = [
+    "STRATEGIES",
+    "SubmitError",
+    "largest_fit",
+    "listing",
+    "queue_problem",
+    "same_spec",
+    "validate_spec",
+]
+
+STRATEGIES = frozenset({"PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"})
+
+
+class SubmitError(ValueError):
+    """A workload the scheduler refuses; the message names the field and the fix."""
+
+
+def queue_problem(name: str, queues: Sequence[QueueInfo]) -> str:
+    """Why a workload may not go to queue `name` ("" when it may): it must exist and be
+    a leaf (jobs run in leaf queues; parents only share quota out)."""
+    parents = {q.parent for q in queues if q.parent is not None}
+    leaves = [q.name for q in queues if q.name not in parents]
+    if name not in {q.name for q in queues}:
+        return f"queue {name!r} does not exist; use one of the leaf queues ({listing(leaves)})"
+    if name in parents:
+        children = listing([q.name for q in queues if q.parent == name])
+        return (
+            f"queue {name!r} has child queues ({children}); only leaf queues hold jobs: "
+            "put the job in one of them"
+        )
+    return ""
+
+
+def validate_spec(
+    spec: WorkloadSpec, queues: Sequence[QueueInfo], nodes: Sequence[NodeInfo], node_label: str
+) -> None:
+    """Raise SubmitError for a queue it may not use, bad sizes or strategy, a job without
+    a command, a worker no node could hold even when empty, or a gang the whole cluster
+    could not hold even when empty (the core's own rule, gang_never_fits). Normalises
+    spec.resources_per_worker (quantities such as "16Gi" become numbers)."""
+    problem = queue_problem(spec.queue, queues)
+    if problem:
+        raise SubmitError(problem)
+    if spec.workers < 1 or not 0 <= spec.min_workers <= spec.workers:
+        raise SubmitError(
+            f"workers={spec.workers}, min_workers={spec.min_workers}: need "
+            "workers >= 1 and 0 <= min_workers <= workers"
+        )
+    if spec.strategy not in STRATEGIES:
+        raise SubmitError(f"strategy={spec.strategy!r}: use one of {sorted(STRATEGIES)}")
+    if spec.kind == "job" and not spec.entrypoint.strip():
+        raise SubmitError("a job needs an entrypoint command")
+    if spec.handoff and spec.kind != "job":
+        raise SubmitError("handoff applies to jobs (`kai-ray job submit --handoff`)")
+    try:
+        spec.resources_per_worker = parse_resources(spec.resources_per_worker)
+    except ValueError as exc:
+        raise SubmitError(str(exc)) from None
+    why = largest_fit(request_for(spec.resources_per_worker), nodes) or gang_never_fits(
+        nodes, job_info(Workload(id="new", spec=spec, created_at=0.0), node_label)
+    )
+    if why:
+        raise SubmitError(why)
+
+
+def same_spec(first: WorkloadSpec, again: WorkloadSpec) -> bool:
+    """Whether a submission under an id already taken asks for the same workload (a
+    retried call) rather than another one. Quantities are compared as numbers."""
+    try:
+        resources = parse_resources(again.resources_per_worker)
+    except ValueError:
+        return False
+    return first == dataclasses.replace(again, resources_per_worker=resources)
+
+
+def largest_fit(request: Request, nodes: Iterable[NodeInfo]) -> str | None:
+    """None when some node could hold one worker when empty; else why none can."""
+    nodes = [n for n in nodes if not n.unschedulable]
+    if not nodes:
+        return "the cluster has no schedulable nodes"
+    for n in nodes:
+        gpu = request.gpu_fraction(n.gpu_memory) if request.gpu_memory else request.gpu
+        ext = dict(n.extended)
+        if (
+            gpu <= n.gpus
+            and request.cpu <= n.cpu
+            and request.memory <= n.memory
+            and all(ext.get(k, 0.0) >= v for k, v in request.extended)
+        ):
+            return None
+    return (
+        f"one worker asks for {_describe(request)} but the largest node has "
+        f"GPU {max(n.gpus for n in nodes)}, CPU {max(n.cpu for n in nodes):g}; "
+        "lower resources_per_worker or add a bigger node"
+    )
+
+
+def _describe(r: Request) -> str:
+    parts = [f"GPU {r.gpu:g}"] if r.gpu else []
+    if r.gpu_memory:
+        parts.append(f"gpu_memory {r.gpu_memory:g}B")
+    parts.append(f"CPU {r.cpu:g}")
+    if r.memory:
+        parts.append(f"memory {r.memory:g}B")
+    parts += [f"{k} {v:g}" for k, v in r.extended]
+    return ", ".join(parts)
+
+
+def listing(names: Sequence[str], most: int = 12) -> str:
+    """`a, b, c`, shortened for long lists; `none` for an empty one."""
+    if not names:
+        return "none"
+    shown = ", ".join(names[:most])
+    return shown + (f", ... ({len(names)} in all)" if len(names) > most else "")
