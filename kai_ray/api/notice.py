@@ -12,8 +12,8 @@ from ray.util.placement_group import PlacementGroup, get_current_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from kai_ray.control import GROUP_PREFIX, group_owner
-from kai_ray.ray.adapters import KVStore, notice_key
 from kai_ray.ray.jobs import ENV_GROUP, ENV_PLACEMENT, ENV_WORKLOAD
+from kai_ray.ray.kvstore import KVStore, notice_key
 
 __all__ = [
     "current_workload",

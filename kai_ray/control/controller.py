@@ -100,6 +100,9 @@ class Controller:
         self.nodes: dict[str, NodeInfo] = {}
         self._dirty: set[str] = set()
         self._events: list[ControlEvent] = []
+        # Workload shapes validate() accepted on the current nodes and queues -> the
+        # normalised resources per worker.
+        self._accepted: dict[tuple[Any, ...], dict[str, float]] = {}
 
     # ------------------------------------------------------------ start-up
 
@@ -136,6 +139,7 @@ class Controller:
     def refresh_nodes(self) -> None:
         held = held_by_workloads(self.workloads.values(), self.nodes)
         self.nodes = {n.name: n for n in self.cluster.nodes(held)}
+        self._accepted.clear()
 
     # ------------------------------------------------------------ requests
 
@@ -160,9 +164,28 @@ class Controller:
         return w
 
     def validate(self, spec: WorkloadSpec) -> None:
+        """validate_spec against the cluster and queues now. A shape of workload already
+        accepted on the same nodes and queues is not checked again (a thousand alike in
+        one submission cost one check); its resources are normalised the same way."""
         if not self.nodes:
             self.refresh_nodes()
+        shape = (
+            spec.queue,
+            spec.workers,
+            spec.min_workers,
+            tuple(sorted(spec.resources_per_worker.items())),
+            spec.strategy,
+            spec.kind,
+            bool(spec.entrypoint.strip()),
+            spec.handoff,
+        )
+        if shape in self._accepted:
+            spec.resources_per_worker = dict(self._accepted[shape])
+            return
         validate_spec(spec, self.queues, list(self.nodes.values()), self.node_label)
+        if len(self._accepted) > 256:
+            self._accepted.clear()
+        self._accepted[shape] = dict(spec.resources_per_worker)
 
     def cancel(self, wid: str, reason: str = "cancelled by the user") -> list[ControlEvent]:
         w = self.get(wid)
@@ -205,6 +228,7 @@ class Controller:
 
     def _set_queues(self, queues: Sequence[QueueInfo]) -> None:
         self.queues = list(queues)
+        self._accepted.clear()
         self.records.save("queues", [dataclasses.asdict(q) for q in queues])
 
     def _queue_holders(self) -> dict[str, list[str]]:
@@ -442,6 +466,8 @@ class Controller:
         return events
 
     def _prune(self) -> None:
+        if len(self.workloads) <= KEEP_FINISHED:  # the common case, without a scan
+            return
         done = [w for w in self.workloads.values() if w.state in TERMINAL]
         if len(done) > KEEP_FINISHED:
             done.sort(key=lambda w: w.since)

@@ -12,7 +12,7 @@ calls them: it is the one place where a workload's state changes.
 from __future__ import annotations
 
 import enum
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 __all__ = [
@@ -251,7 +251,9 @@ class Workload:
         # asdict's recursive deep copy costs ~1 ms for a workload with some history.
         return {
             "id": self.id,
-            "spec": asdict(self.spec),
+            # Shallow: the caller serialises it at once (asdict's deep copy is the cost
+            # of a write when a thousand workloads are admitted together).
+            "spec": {name: getattr(self.spec, name) for name in _SPEC_FIELDS},
             "created_at": self.created_at,
             "state": self.state.value,
             "reason": self.reason,
@@ -289,6 +291,9 @@ class Workload:
         history = [tuple(h) for h in data.pop("history")]
         state = State(data.pop("state"))
         return cls(spec=spec, slots=slots, history=history, state=state, **data)
+
+
+_SPEC_FIELDS = tuple(f.name for f in fields(WorkloadSpec))
 
 
 def _slot_from_json(data: dict[str, Any]) -> Slot:

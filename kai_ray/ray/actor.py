@@ -33,7 +33,8 @@ from kai_ray.control.queues import queue_from_json
 from kai_ray.control.snapshot import held_by_workloads
 from kai_ray.control.views import queue_views, worker_signature
 from kai_ray.core import Pipeline, QueueInfo, SchedulerConfig
-from kai_ray.ray.adapters import KVStore, RayActuator, RayCluster
+from kai_ray.ray.adapters import RayActuator, RayCluster
+from kai_ray.ray.kvstore import KVStore
 from kai_ray.ray.translate import NODE_ID_LABEL, short_node_ids
 
 __all__ = ["NAMESPACE", "SCHEDULER_NAME", "SchedulerActor", "get_or_start_scheduler"]
@@ -72,8 +73,8 @@ class _ReadyWatchingActuator(RayActuator):
         super().__init__(cluster, store)
         self._on_created = on_created
 
-    def _created(self, name: str, ready_ref: Any) -> None:
-        self._on_created(name, ready_ref)
+    def _created(self, name: str) -> None:
+        self._on_created(name)
 
 
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1, max_concurrency=10_000)
@@ -86,8 +87,9 @@ class SchedulerActor:
     ) -> None:
         logging.basicConfig(level=logging.INFO)
         cfg = SchedulerConfig(**config) if config else SchedulerConfig()
-        self.cluster, store = RayCluster(), KVStore()
-        actuator = _ReadyWatchingActuator(self.cluster, store, self._watch_ready)
+        self.cluster, self.store = RayCluster(), KVStore()
+        store = self.store
+        actuator = self.actuator = _ReadyWatchingActuator(self.cluster, store, self._watch_ready)
         infos = [queue_from_json(q) for q in queues] or [DEFAULT_QUEUE]
         # A long-lived process with many live objects: collect between cycles, not in them.
         self.engine = Controller(
@@ -150,6 +152,11 @@ class SchedulerActor:
             self._reaped_at = now
             self._reap()
             self.engine.sweep_orphans()
+            # Journaled records move to their own keys while nothing is being admitted
+            # (the writes would otherwise compete with placement groups at the GCS).
+            quiet = not any(w.state is State.ADMITTING for w in self.engine.workloads.values())
+            if self.store.compaction_due(quiet):
+                self.store.compact()
         if now - self._pinned_at > PIN_S:
             self._pinned_at = now
             self._pin_packages()
@@ -217,8 +224,13 @@ class SchedulerActor:
         if self._wake is not None:
             self._wake.set()
 
-    def _watch_ready(self, group: str, ref: Any) -> None:
+    def _watch_ready(self, group: str) -> None:
         async def wait() -> None:
+            # Runs once the step that created the group is over: its cycle's other
+            # groups are created first, then waited for.
+            ref = self.actuator.ready_ref(group)
+            if ref is None:  # released already
+                return
             try:
                 await ref
             except Exception:  # removed before ready: the engine finds out by itself

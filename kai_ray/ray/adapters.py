@@ -9,17 +9,14 @@ KVStore       Store: records in Ray's GCS key-value store, with revisions
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import ray
 from ray._raylet import PlacementGroupID
-from ray.experimental import internal_kv
 from ray.util.placement_group import (
     PlacementGroup,
     placement_group,
@@ -28,19 +25,15 @@ from ray.util.placement_group import (
 )
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from kai_ray.control import GROUP_PREFIX, Record, StoreConflict, WorkerPlacement
+from kai_ray.control import GROUP_PREFIX, WorkerPlacement
 from kai_ray.core import NodeInfo
 from kai_ray.ray.jobs import RayJobRunner
+from kai_ray.ray.kvstore import KVStore, notice_key
 from kai_ray.ray.translate import NODE_ID_LABEL, RAY_NAMES, bundle_for, node_info
 
-__all__ = ["KV_NAMESPACE", "KVStore", "RayActuator", "RayCluster", "notice_key"]
+__all__ = ["RayActuator", "RayCluster"]
 
 log = logging.getLogger(__name__)
-KV_NAMESPACE = "kai-ray"
-
-
-def notice_key(workload_id: str) -> str:
-    return f"notice/{workload_id}"
 
 
 # ---------------------------------------------------------------- the cluster
@@ -127,16 +120,24 @@ class RayActuator:
             bundle_label_selector=[{NODE_ID_LABEL: w.node} for w in workers],
         )
         self._groups[group] = pg
-        ref = pg.ready()
-        self._ready_refs[group] = ref
-        self._created(group, ref)
+        self._created(group)
         return str(pg.id.hex())
 
-    def _created(self, group: str, ready_ref: Any) -> None:
+    def _created(self, group: str) -> None:
         """A hook for subclasses (the actor awaits readiness instead of polling)."""
 
-    def is_ready(self, group: str) -> bool:
+    def ready_ref(self, group: str) -> Any:
+        """An object that is ready with the group. Asked for only when someone waits:
+        each is a small Ray task, and a cycle's groups are all created first (as Ray
+        alone would), so that the GCS is not asked to schedule both at once."""
         ref = self._ready_refs.get(group)
+        pg = self._groups.get(group)
+        if ref is None and pg is not None:
+            ref = self._ready_refs[group] = pg.ready()
+        return ref
+
+    def is_ready(self, group: str) -> bool:
+        ref = self.ready_ref(group)
         if ref is not None:  # created here: a local check, no round trip to the GCS
             done, _ = ray.wait([ref], timeout=0)
             return bool(done)
@@ -214,87 +215,3 @@ class RayActuator:
                 ray.kill(ray.get_actor(a.name, namespace=a.ray_namespace)) if a.name else None
             except Exception as exc:
                 log.debug("kill actor %s: %s", a.actor_id, exc)
-
-
-# ---------------------------------------------------------------- the store
-
-
-class KVStore:
-    """Ray's GCS key-value store: survives the actor, dies with the cluster. A value is
-    kept with its revision ({"rev": n, "value": ...}). The GCS has no compare-and-swap:
-    creating a key is atomic (it refuses to overwrite), and an update checks the stored
-    revision first, which catches a second writer except inside one read-write window.
-    One scheduler actor writes (it is a named singleton), so that window stays closed."""
-
-    def __init__(self, prefix: str = "") -> None:
-        self._p = prefix
-        self._known: dict[str, int] = {}  # revisions this process last read or wrote
-        self._pool: ThreadPoolExecutor | None = None
-
-    def load(self, prefix: str) -> dict[str, Record]:
-        keys = internal_kv._internal_kv_list(self._p + prefix, namespace=KV_NAMESPACE)
-        out = {}
-        for raw_key in keys:
-            key = (raw_key.decode() if isinstance(raw_key, bytes) else raw_key)[len(self._p) :]
-            record = self.get(key)
-            if record is not None:
-                out[key] = record
-        return out
-
-    def get(self, key: str) -> Record | None:
-        raw = internal_kv._internal_kv_get(self._p + key, namespace=KV_NAMESPACE)
-        if raw is None:
-            return None
-        data = json.loads(raw)
-        if not (isinstance(data, dict) and "rev" in data and "value" in data):
-            return Record(data, 1)  # written before records had revisions
-        self._known[key] = int(data["rev"])
-        return Record(data["value"], int(data["rev"]))
-
-    def put(self, key: str, value: Any, expected: int) -> int:
-        blob = json.dumps({"rev": expected + 1, "value": value})
-        if expected == 0:
-            # Ray answers whether the key existed already (then it wrote nothing).
-            existed = internal_kv._internal_kv_put(
-                self._p + key, blob, overwrite=False, namespace=KV_NAMESPACE
-            )
-            if existed:
-                raise StoreConflict(f"{key}: exists already; written by someone else")
-        else:
-            # Read first unless this process wrote the revision expected itself.
-            current = self._known.get(key) or getattr(self.get(key), "revision", None)
-            if current != expected:
-                found = "missing" if current is None else f"revision {current}"
-                raise StoreConflict(f"{key}: {found}, not revision {expected}; written by someone else")
-            internal_kv._internal_kv_put(self._p + key, blob, overwrite=True, namespace=KV_NAMESPACE)
-        self._known[key] = expected + 1
-        return expected + 1
-
-    def put_many(self, items: Sequence[tuple[str, Any, int]]) -> list[int]:
-        """Sent concurrently: a cycle's thousand records cost a few round trips, not a
-        thousand (the GCS client releases the interpreter while it waits)."""
-        if len(items) < 4:
-            return [self.put(*item) for item in items]
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="kai-ray-kv")
-        return list(self._pool.map(lambda item: self.put(*item), items))
-
-    def delete(self, key: str, expected: int) -> None:
-        current = self.get(key)
-        if current is None:
-            return
-        if current.revision != expected:
-            raise StoreConflict(
-                f"{key}: revision {current.revision}, not {expected}; written by someone else"
-            )
-        internal_kv._internal_kv_del(self._p + key, namespace=KV_NAMESPACE)
-        self._known.pop(key, None)
-
-    def overwrite(self, key: str, value: Any) -> None:
-        """A key with one writer and no history (a notice): written as is, or deleted."""
-        if value is None:
-            internal_kv._internal_kv_del(self._p + key, namespace=KV_NAMESPACE)
-        else:
-            internal_kv._internal_kv_put(
-                self._p + key, json.dumps({"rev": 0, "value": value}), overwrite=True, namespace=KV_NAMESPACE
-            )

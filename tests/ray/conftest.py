@@ -66,7 +66,7 @@ def reset_scheduler() -> None:
     import kai_ray
     from kai_ray.api.notice import group_by_id
     from kai_ray.control import GROUP_PREFIX
-    from kai_ray.ray.adapters import KV_NAMESPACE
+    from kai_ray.ray.kvstore import KV_NAMESPACE
 
     kai_ray.shutdown_scheduler()
     stop_ray_jobs()

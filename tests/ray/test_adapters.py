@@ -43,7 +43,8 @@ def memory_ports() -> tuple[Controller, Callable[[], None], dict[str, Any]]:
 
 @pytest.fixture
 def ray_ports(ray_cluster: Any) -> Iterator[tuple[Controller, Callable[[], None], dict[str, Any]]]:
-    from kai_ray.ray.adapters import KVStore, RayActuator, RayCluster
+    from kai_ray.ray.adapters import RayActuator, RayCluster
+    from kai_ray.ray.kvstore import KVStore
     from kai_ray.ray.translate import NODE_ID_LABEL
 
     from .conftest import reset_scheduler
@@ -61,7 +62,7 @@ def ray_ports(ray_cluster: Any) -> Iterator[tuple[Controller, Callable[[], None]
         controller.step()
 
     def notices() -> dict[str, Any]:
-        from kai_ray.ray.adapters import notice_key
+        from kai_ray.ray.kvstore import notice_key
 
         return {wid: r.value for wid in controller.workloads if (r := store.get(notice_key(wid)))}
 
