@@ -47,6 +47,7 @@ PERIOD_S = 0.5
 NODE_REFRESH_S = 1.0
 NODE_STALE_S = 5.0
 REUSE_DELAY_S = 0.2
+EAGER_READY = 8  # groups of one step whose readiness is asked for as they are created
 REAP_S = 5.0  # how often drivers that exited, and groups nobody holds, are looked for
 PIN_S = 300.0  # how often uploaded job packages of waiting jobs are pinned again
 PIN_FOR_S = 1800  # ... and for how long each time (Ray drops unpinned ones after 10 min)
@@ -105,6 +106,7 @@ class SchedulerActor:
         self._probed: set[str] = set()
         self._reaped_at = 0.0
         self._pinned_at = 0.0
+        self._created_in_step = 0
         # The event loop is not running yet inside __init__: start the loop by a call.
         ray.get_runtime_context().current_actor.start.remote()
 
@@ -137,6 +139,7 @@ class SchedulerActor:
             await asyncio.sleep(0)
 
     def _step(self, kicked: bool = False) -> None:
+        self._created_in_step = 0
         now = time.time()
         # A step woken by a submission or a finish is on someone's admission path: it
         # uses the node view of the last periodic step unless that one is quite old.
@@ -225,10 +228,14 @@ class SchedulerActor:
             self._wake.set()
 
     def _watch_ready(self, group: str) -> None:
+        # The first few groups of a step are waited for at once (the latency of one
+        # admission); beyond those, once the step is over, so that a cycle's groups are
+        # all created before Ray is asked to report on any (the throughput of many).
+        self._created_in_step += 1
+        early = self.actuator.ready_ref(group) if self._created_in_step <= EAGER_READY else None
+
         async def wait() -> None:
-            # Runs once the step that created the group is over: its cycle's other
-            # groups are created first, then waited for.
-            ref = self.actuator.ready_ref(group)
+            ref = early if early is not None else self.actuator.ready_ref(group)
             if ref is None:  # released already
                 return
             try:
