@@ -39,7 +39,7 @@ case "${1:-}" in
     shift
     echo "== ruff";          "$VENV/bin/ruff" check kai_ray tests
     echo "== ruff format";   "$VENV/bin/ruff" format --check -q kai_ray tests
-    echo "== mypy (strict on kai_ray/core and kai_ray/control)"; "$VENV/bin/mypy" kai_ray/core kai_ray/control
+    echo "== mypy (strict on kai_ray/core, kai_ray/control, kai_ray/operators)"; "$VENV/bin/mypy" kai_ray/core kai_ray/control kai_ray/operators
     echo "== import contracts"; "$VENV/bin/lint-imports"
     echo "== pytest"
     exec "$VENV/bin/pytest" "$@"

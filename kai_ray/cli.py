@@ -19,12 +19,13 @@ from kai_ray.api import commands as api_commands
 from kai_ray.api.cliutil import CommandFailed
 from kai_ray.bench import commands as bench_commands
 from kai_ray.config.errors import ConfigError
+from kai_ray.operators import commands as operator_commands
 from kai_ray.scenario import commands as scenario_commands
 
 __all__ = ["build_parser", "main"]
 
 EXIT_USAGE = 2
-_CONTRIBUTORS = (scenario_commands, bench_commands, api_commands)
+_CONTRIBUTORS = (scenario_commands, bench_commands, api_commands, operator_commands)
 
 
 class _Parser(argparse.ArgumentParser):

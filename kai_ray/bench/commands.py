@@ -38,6 +38,23 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     ray_bench.add_argument("--json", action="store_true")
     ray_bench.set_defaults(func=_run_ray)
 
+    k8s = kinds.add_parser(
+        "k8s", help="the Kubernetes operator's binding speed on a real kube-apiserver, beside the raw ceiling"
+    )
+    k8s.add_argument("--nodes", type=int, default=500)
+    k8s.add_argument("--clusters", type=int, default=200, help="RayClusters to schedule")
+    k8s.add_argument("--pods-per-cluster", type=int, default=8)
+    k8s.add_argument("--gang", type=int, default=64, help="pods of the gang timed once it fits")
+    k8s.add_argument("--json", action="store_true")
+    k8s.set_defaults(func=_run_k8s)
+
+
+def _run_k8s(args: argparse.Namespace) -> int:
+    from kai_ray.operators.bench import run_k8s_bench
+
+    result = run_k8s_bench(args.nodes, args.clusters, args.pods_per_cluster, args.gang)
+    return _print(result, args.json)
+
 
 def _cluster_size(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nodes", type=int, default=1000)

@@ -9,7 +9,9 @@ Three shapes are accepted (see `parse_queues`):
   takes them, in KAI's units: cpu in millicores, memory in MB of 10^6 bytes (KAI's CRD:
   "Memory resources in megabytes. 1 = 10^6 (1000*1000) bytes"; its proportion plugin
   multiplies by 1000*1000), so existing KAI YAML carries over unchanged;
-- documents `apiVersion: kai-ray.io/v1, kind: Queue` with the same spec in kai-ray units.
+- documents `apiVersion: kai-ray.io/v1, kind: Queue` with the same spec in kai-ray units;
+- documents `apiVersion: kai-ray.io/v2, kind: Queue`: kai-ray's Queue CRD on Kubernetes,
+  KAI's spec in KAI's units (a KAI Queue with its apiVersion changed).
 
 `kind: List` (as `kubectl get -o yaml` writes) with such items is read too.
 """
@@ -32,12 +34,14 @@ from kai_ray.core.queues import QueueTreeError, build_queue_tree
 __all__ = [
     "KAI_API_VERSION",
     "KAI_RAY_API_VERSION",
+    "KAI_RAY_KUBE_API_VERSION",
     "QueueBody",
     "QueueSpec",
     "ResourceSpec",
     "ResourcesSpec",
     "check_queue_tree",
     "load_queues",
+    "parse_queue_object",
     "parse_queues",
     "queue_info",
     "queues_from_specs",
@@ -45,6 +49,8 @@ __all__ = [
 
 KAI_API_VERSION = "scheduling.run.ai/v2"
 KAI_RAY_API_VERSION = "kai-ray.io/v1"
+# kai-ray's Queue CRD on Kubernetes: KAI's v2 spec in KAI's units, under kai-ray's group.
+KAI_RAY_KUBE_API_VERSION = "kai-ray.io/v2"
 _LIST_KINDS = ("List", "QueueList")
 _M = TypeVar("_M", bound=StrictModel)
 
@@ -259,6 +265,15 @@ def parse_queues(documents: Sequence[Any], *, path: str | Path | None = None) ->
     return queues
 
 
+def parse_queue_object(doc: Mapping[str, Any]) -> QueueInfo:
+    """One Queue document, checked on its own (the tree is checked by the caller, who
+    may hold queues from elsewhere): for objects read one at a time from an API server."""
+    queues = _from_kubernetes(doc, f"queue {doc.get('metadata', {}).get('name', '?')!r}")
+    if len(queues) != 1:
+        raise ConfigError("expected one Queue", field="kind")
+    return queues[0]
+
+
 def load_queues(path: str | Path) -> list[QueueInfo]:
     """The queues of a file; a file without any is refused (applying it would change
     nothing, and it is usually the wrong file or an unfinished one)."""
@@ -309,15 +324,15 @@ def _from_kubernetes(doc: Mapping[str, Any], where: str) -> list[QueueInfo]:
     name = parsed.metadata.name
     if parsed.kind != "Queue":
         raise ConfigError(f"kind {parsed.kind!r} is not a queue; use kind: Queue", field=where)
-    if parsed.api_version == KAI_API_VERSION:
+    if parsed.api_version in (KAI_API_VERSION, KAI_RAY_KUBE_API_VERSION):
         kai = _validate_spec(KaiQueueSpec, parsed.spec, name)
         return [queue_info(name, kai.parent_queue, kai, units=KAI_UNITS)]
     if parsed.api_version == KAI_RAY_API_VERSION:
         own = _validate_spec(KaiRayQueueSpec, parsed.spec, name)
         return [queue_info(name, own.parent_queue, own)]
     raise ConfigError(
-        f"apiVersion {parsed.api_version!r} is not supported; use {KAI_API_VERSION} "
-        f"(KAI's units) or {KAI_RAY_API_VERSION} (kai-ray units)",
+        f"apiVersion {parsed.api_version!r} is not supported; use {KAI_API_VERSION} or "
+        f"{KAI_RAY_KUBE_API_VERSION} (KAI's units) or {KAI_RAY_API_VERSION} (kai-ray units)",
         field=f"queue {name!r}",
     )
 

@@ -1,0 +1,255 @@
+"""The Kubernetes operator: the core's decisions carried out on an API server.
+
+One loop, level-triggered: whenever the informers see a change (or a second passes,
+for timers such as a gang's grace period), the whole world is rebuilt from their caches,
+one core cycle decides, the control plane's planner checks and groups the decisions, and
+the operator binds, evicts and reports. Nothing it knows lives anywhere but the API
+server, so a restarted operator carries on from the objects alone: a gang left partly
+bound by a crash is completed when it still fits, and evicted by the core's stale-gang
+rule when it does not.
+
+Bindings go out concurrently on kept-alive connections (kai_ray.operators.client); a
+binding sent but not yet seen in the pods' watch is remembered (`assumed`) so the next
+cycle does not place the pod twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kai_ray.control.planner import JobPlan, plan_cycle
+from kai_ray.core import CycleResult, Evict, SchedulerConfig, run_cycle
+from kai_ray.operators import DEFAULT_SCHEDULER_NAMES
+from kai_ray.operators.client import ApiError, Kube, gather_limited
+from kai_ray.operators.gangs import Gang, build_gangs
+from kai_ray.operators.informer import Informer
+from kai_ray.operators.queues import KAI_RAY_QUEUE_API, read_queues
+from kai_ray.operators.report import Reporter
+from kai_ray.operators.world import GPU_GROUP_ANNOTATION, SUBMITTER_TASK, World, build_world
+
+__all__ = ["Operator", "OperatorOptions"]
+
+log = logging.getLogger(__name__)
+ASSUME_TTL = 30.0  # seconds a sent binding is trusted before the pods' watch confirms it
+OWNER_APIS = {
+    "RayCluster": "/apis/ray.io/v1/rayclusters",
+    "RayJob": "/apis/ray.io/v1/rayjobs",
+    "RayService": "/apis/ray.io/v1/rayservices",
+    "Job": "/apis/batch/v1/jobs",
+}
+QUEUE_APIS = (f"/apis/{KAI_RAY_QUEUE_API}/queues", "/apis/scheduling.run.ai/v2/queues")
+
+
+@dataclass(slots=True)
+class OperatorOptions:
+    scheduler_names: tuple[str, ...] = DEFAULT_SCHEDULER_NAMES
+    default_queue: str = "default-queue"
+    config: SchedulerConfig = field(default_factory=SchedulerConfig)
+    in_flight: int = 32  # concurrent requests when binding or evicting
+    tick: float = 1.0  # seconds between cycles when nothing changes (timers, min runtimes)
+    settle: float = 0.02  # seconds to let a burst of watch events arrive before a cycle
+
+
+@dataclass(slots=True)
+class CycleStats:
+    cycles: int = 0
+    bound: int = 0
+    evicted: int = 0
+    last_cycle_s: float = 0.0
+
+
+class Operator:
+    def __init__(self, kube: Kube, options: OperatorOptions | None = None) -> None:
+        self.kube = kube
+        self.options = options or OperatorOptions()
+        self.changed = asyncio.Event()
+        self.nodes = self._informer("/api/v1/nodes")
+        self.pods = self._informer("/api/v1/pods")
+        self.priority_classes = self._informer("/apis/scheduling.k8s.io/v1/priorityclasses")
+        self.queues = [self._informer(path, optional=True) for path in QUEUE_APIS]
+        self.owners = {kind: self._informer(path, optional=True) for kind, path in OWNER_APIS.items()}
+        self.assumed: dict[str, tuple[str, float]] = {}  # pod uid -> (node, when sent)
+        self.placeholders: dict[str, str] = {}  # gang id -> node holding its submitter's room
+        self.reporter = Reporter(kube)
+        self.stats = CycleStats()
+        self.last: tuple[World, CycleResult] | None = None
+        self.queue_set = read_queues([])
+        self._direct: list[tuple[str, str, str]] = []
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def _informer(self, path: str, *, optional: bool = False) -> Informer:
+        return Informer(self.kube, path, changed=self.changed, optional=optional)
+
+    def informers(self) -> list[Informer]:
+        return [self.nodes, self.pods, self.priority_classes, *self.queues, *self.owners.values()]
+
+    # ------------------------------------------------------------ running
+
+    async def start(self) -> None:
+        """Start the watches and wait for their first lists."""
+        self._tasks = [asyncio.create_task(i.run()) for i in self.informers()]
+        await asyncio.gather(*(i.synced.wait() for i in self.informers()))
+
+    async def run(self) -> None:
+        await self.start()
+        try:
+            while True:
+                try:
+                    await asyncio.wait_for(self.changed.wait(), timeout=self.options.tick)
+                    await asyncio.sleep(self.options.settle)
+                except TimeoutError:
+                    pass
+                self.changed.clear()
+                try:
+                    await self.cycle()
+                except Exception:  # one bad cycle must not end the operator
+                    log.exception("scheduling cycle failed")
+        finally:
+            await self.stop()
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+
+    # ------------------------------------------------------------ one cycle
+
+    def world(self, now: float) -> World:
+        self._expire_assumed(now)
+        names = self.options.scheduler_names
+        owners = {
+            (kind, ns, name): obj
+            for kind, inf in self.owners.items()
+            for (ns, name), obj in inf.items.items()
+        }
+        classes = {
+            o["metadata"]["name"]: int(o.get("value", 0)) for o in self.priority_classes.items.values()
+        }
+        gangs = build_gangs(
+            self.pods.items.values(),
+            owners,
+            classes,
+            scheduler_names=names,
+            default_queue=self.options.default_queue,
+        )
+        self._direct = self._submitters_to_held_room(gangs, now)
+        self._drop_placeholders({g.id for g in gangs if g.submitter is not None})
+        queue_set = read_queues(o for inf in self.queues for o in inf.items.values())
+        self.queue_set = queue_set
+        return build_world(
+            self.nodes.items.values(),
+            self.pods.items.values(),
+            gangs,
+            queue_set.queues,
+            scheduler_names=names,
+            assumed={uid: node for uid, (node, _) in self.assumed.items()},
+            placeholders=self.placeholders,
+        )
+
+    async def cycle(self) -> CycleResult:
+        started = time.monotonic()
+        now = time.time()
+        world = self.world(now)
+        result = run_cycle(world.snapshot, self.options.config, now)
+        plan = plan_cycle(result, world.snapshot.jobs)
+        evictions = [(job, e) for job, jp in plan.jobs.items() for e in _evictions(jp)]
+        binds = [(job, b.task, b.node, b.gpu_group) for job, jp in plan.jobs.items() for b in jp.binds]
+        await self._evict(world, evictions)
+        binds += [(job, task, node, None) for job, task, node in self._direct]
+        await self._bind(world, binds, now)
+        self.last = (world, result)
+        await self.reporter.report(world, result, plan, self.queue_set)
+        self.stats.cycles += 1
+        self.stats.last_cycle_s = time.monotonic() - started
+        return result
+
+    # ------------------------------------------------------------ actions
+
+    async def _bind(self, world: World, binds: list[tuple[str, str, str, int | None]], now: float) -> None:
+        calls = []
+        for job, task, node, gpu_group in binds:
+            if task == SUBMITTER_TASK:
+                self.placeholders[job] = node  # room held: the submitter pod goes there when it comes
+                continue
+            pod = world.pods[(job, task)]
+            calls.append(self._bind_pod(pod, node, gpu_group, now))
+        results = await gather_limited(calls, self.options.in_flight)
+        for outcome in results:
+            if isinstance(outcome, BaseException):
+                log.warning("binding failed: %s", outcome)
+
+    async def _bind_pod(self, pod: dict[str, Any], node: str, gpu_group: int | None, now: float) -> None:
+        meta = pod["metadata"]
+        ns, name, uid = meta["namespace"], meta["name"], meta.get("uid", "")
+        if gpu_group is not None:  # the device goes with the pod, for the next cycle and a restart
+            await self.kube.patch(
+                f"/api/v1/namespaces/{ns}/pods/{name}",
+                {"metadata": {"annotations": {GPU_GROUP_ANNOTATION: str(gpu_group)}}},
+            )
+        try:
+            await self.kube.bind(ns, name, node, uid)
+        except ApiError as exc:
+            if exc.status == 409:  # bound already (by an earlier life of this operator)
+                return
+            raise
+        self.assumed[uid] = (node, now)
+        self.stats.bound += 1
+
+    async def _evict(self, world: World, evictions: list[tuple[str, Evict]]) -> None:
+        calls = []
+        for job, e in evictions:
+            if e.task == SUBMITTER_TASK:
+                self.placeholders.pop(job, None)
+                continue
+            calls.append(self._evict_pod(world.pods[(job, e.task)], job, e))
+        for outcome in await gather_limited(calls, self.options.in_flight):
+            if isinstance(outcome, BaseException):
+                log.warning("eviction failed: %s", outcome)
+
+    async def _evict_pod(self, pod: dict[str, Any], job: str, e: Evict) -> None:
+        meta = pod["metadata"]
+        if await self.kube.evict(meta["namespace"], meta["name"]):
+            self.stats.evicted += 1
+            await self.reporter.evicted(pod, job, e)
+
+    # ------------------------------------------------------------ soft state
+
+    def _expire_assumed(self, now: float) -> None:
+        seen = {p["metadata"].get("uid"): p for p in self.pods.items.values()}
+        for uid, (_, sent) in list(self.assumed.items()):
+            pod = seen.get(uid)
+            if pod is None or pod.get("spec", {}).get("nodeName") or now - sent > ASSUME_TTL:
+                del self.assumed[uid]
+
+    def _submitters_to_held_room(self, gangs: Iterable[Gang], now: float) -> list[tuple[str, str, str]]:
+        """A RayJob's submitter pod that appeared where room was held for it goes there,
+        without waiting its turn: the room was its own since the cluster was admitted."""
+        direct = []
+        for gang in gangs:
+            node = self.placeholders.get(gang.id)
+            if node is None or gang.submitter is not None:
+                continue
+            for pod in gang.pods:
+                meta = pod["metadata"]
+                if meta["name"] in gang.subgroups.get("submitter", []) and not pod["spec"].get("nodeName"):
+                    self.assumed[meta.get("uid", "")] = (node, now)
+                    direct.append((gang.id, meta["name"], node))
+        return direct
+
+    def _drop_placeholders(self, waiting_for_submitter: Iterable[str]) -> None:
+        keep = set(waiting_for_submitter)
+        for gang in list(self.placeholders):
+            if gang not in keep:
+                del self.placeholders[gang]
+
+
+def _evictions(plan: JobPlan) -> list[Evict]:
+    # A task the core moves (consolidation) is evicted here: a pod cannot change nodes,
+    # its controller (KubeRay) makes a new one, which queues and is placed again.
+    return [*plan.evicted, *(e for e, _ in plan.moved)]

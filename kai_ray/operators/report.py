@@ -1,0 +1,202 @@
+"""What the operator tells people and autoscalers: pod conditions, Events, Queue status.
+
+A pending pod of a gang that waits for room gets `PodScheduled=False` with reason
+`Unschedulable`, the reason a cluster autoscaler or Karpenter acts on; one held back by
+its queue (limit, quota, fair share) or not schedulable as written gets the core's reason
+code instead (`QueueLimit`, `FairShare`, ...), which no autoscaler buys a node for. The
+gang's top owner (RayCluster, RayJob, RayService, Job or the pod) gets an Event whenever
+its reason changes, with its place in its queue. Everything is written only when it
+changes: a thousand waiting pods do not cost a thousand writes a cycle.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import math
+from collections import Counter
+from typing import Any
+
+from kai_ray.control.demand import wants_capacity
+from kai_ray.control.planner import Plan
+from kai_ray.core import CycleResult, Evict, Reason
+from kai_ray.operators.client import ApiError, Kube, gather_limited
+from kai_ray.operators.gangs import Gang
+from kai_ray.operators.queues import KAI_RAY_QUEUE_API, QueueSet, queue_status_body
+from kai_ray.operators.world import World
+
+__all__ = ["Reporter", "condition_reason"]
+
+log = logging.getLogger(__name__)
+COMPONENT = "kai-ray"
+_API_VERSIONS = {
+    "RayCluster": "ray.io/v1",
+    "RayJob": "ray.io/v1",
+    "RayService": "ray.io/v1",
+    "Job": "batch/v1",
+    "Pod": "v1",
+}
+_EVICTED = {
+    "preempt": "Preempted",
+    "reclaim": "Reclaimed",
+    "consolidation": "Consolidated",
+    "stalegangeviction": "StaleGang",
+}
+KAI_UNITS = {"gpu": 1.0, "cpu": 1e-3, "memory": 1e6}  # core units per KAI unit
+
+
+def condition_reason(reason: Reason) -> str:
+    """`Unschedulable` for work a new node would help; the code in CamelCase otherwise."""
+    if wants_capacity(reason):
+        return "Unschedulable"
+    return "".join(part.capitalize() for part in reason.code.split("-"))
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Reporter:
+    def __init__(self, kube: Kube, in_flight: int = 32) -> None:
+        self.kube, self.in_flight = kube, in_flight
+        self._pod_said: dict[str, tuple[str, str]] = {}  # pod uid -> (reason, message) written
+        self._gang_said: dict[str, str] = {}  # gang id -> reason code of its last Event
+        self._queue_said: dict[str, Any] = {}  # queue name -> status written
+
+    async def report(self, world: World, result: CycleResult, plan: Plan, queues: QueueSet) -> None:
+        calls: list[Any] = []
+        for job, reason in result.waiting.items():
+            gang = world.gangs.get(job)
+            if gang is not None:
+                calls += self._waiting(gang, reason, plan.positions.get(job))
+        for gang in world.problems.values():
+            calls += self._waiting(gang, Reason("invalid", gang.problem), None)
+        for job in plan.jobs:
+            gang = world.gangs.get(job)
+            if gang is not None and job not in result.waiting and self._gang_said.pop(job, ""):
+                calls.append(self._event(gang, "Normal", "Scheduled", "placed by kai-ray"))
+        calls += self._queues(result, queues)
+        for outcome in await gather_limited(calls, self.in_flight):
+            if isinstance(outcome, ApiError) and outcome.status != 404:
+                log.warning("status report failed: %s", outcome)
+            elif isinstance(outcome, BaseException) and not isinstance(outcome, ApiError):
+                log.warning("status report failed: %r", outcome)
+
+    def _waiting(self, gang: Gang, reason: Reason, position: tuple[int, int] | None) -> list[Any]:
+        where = f" (position {position[0]} of {position[1]} in queue {gang.queue})" if position else ""
+        message = reason.text + where
+        word = condition_reason(reason)
+        calls: list[Any] = []
+        for pod in gang.pods:
+            if pod.get("spec", {}).get("nodeName"):
+                continue
+            uid = pod["metadata"].get("uid", "")
+            if self._pod_said.get(uid) != (word, message):
+                self._pod_said[uid] = (word, message)
+                calls.append(self._pod_condition(pod, word, message))
+        if self._gang_said.get(gang.id) != reason.code:
+            self._gang_said[gang.id] = reason.code
+            calls.append(self._event(gang, "Normal" if wants_capacity(reason) else "Warning", word, message))
+        return calls
+
+    async def _pod_condition(self, pod: dict[str, Any], word: str, message: str) -> None:
+        meta = pod["metadata"]
+        body = {
+            "status": {
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": word,
+                        "message": message,
+                        "lastTransitionTime": _now(),
+                    }
+                ]
+            }
+        }
+        await self.kube.patch(
+            f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/status", body, merge=False
+        )
+
+    async def evicted(self, pod: dict[str, Any], job: str, e: Evict) -> None:
+        meta = pod["metadata"]
+        word = _EVICTED.get(e.action, "Evicted")
+        involved = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "uid": meta.get("uid", ""),
+        }
+        await self._post_event(meta["namespace"], involved, "Warning", word, f"{e.reason} (gang {job})")
+
+    async def _event(self, gang: Gang, kind: str, reason: str, message: str) -> None:
+        involved = {
+            "apiVersion": _API_VERSIONS.get(gang.kind, "v1"),
+            "kind": gang.kind,
+            "name": gang.name,
+            "namespace": gang.namespace,
+        }
+        await self._post_event(gang.namespace, involved, kind, reason, message)
+
+    async def _post_event(
+        self, ns: str, involved: dict[str, Any], kind: str, reason: str, message: str
+    ) -> None:
+        now = _now()
+        await self.kube.create(
+            f"/api/v1/namespaces/{ns}/events",
+            {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"generateName": f"{involved['name']}.", "namespace": ns},
+                "involvedObject": involved,
+                "reason": reason,
+                "message": message[:1000],
+                "type": kind,
+                "source": {"component": COMPONENT},
+                "reportingComponent": COMPONENT,
+                "firstTimestamp": now,
+                "lastTimestamp": now,
+                "count": 1,
+            },
+        )
+
+    def _queues(self, result: CycleResult, queues: QueueSet) -> list[Any]:
+        waiting = Counter(reason_queue for reason_queue in _waiting_queues(result))
+        calls: list[Any] = []
+        for name, obj in queues.source.items():
+            problem = queues.problems.get(name, "")
+            body = queue_status_body(name, result.queues.get(name), waiting.get(name, 0), problem, KAI_UNITS)
+            body = _finite(body)
+            if self._queue_said.get(name) == body:
+                continue
+            self._queue_said[name] = body
+            calls.append(self._queue_status(obj, body))
+            if problem:
+                involved = {
+                    "apiVersion": obj.get("apiVersion", KAI_RAY_QUEUE_API),
+                    "kind": "Queue",
+                    "name": name,
+                }
+                calls.append(self._post_event("default", involved, "Warning", "InvalidQueue", problem))
+        return calls
+
+    async def _queue_status(self, obj: dict[str, Any], status: dict[str, Any]) -> None:
+        api = obj.get("apiVersion", KAI_RAY_QUEUE_API)
+        path = f"/apis/{api}/queues/{obj['metadata']['name']}/status"
+        await self.kube.patch(path, {"status": status})
+
+
+def _waiting_queues(result: CycleResult) -> list[str]:
+    return [queue for queue, jobs in result.queue_order.items() for _ in jobs]
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no infinity: an unlimited amount is written as -1, as KAI writes it."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return -1
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value

@@ -1,0 +1,170 @@
+"""A real kube-apiserver and etcd on 127.0.0.1, for the operator's tests and for
+`kai-ray bench k8s`. Nothing here is a stand-in for the API server: it is Kubernetes'
+own, built from Debian's source once per machine (build-kube-apiserver.sh, cached under
+~/.cache/kai-ray) and started with a fresh etcd per server.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import socket
+import ssl
+import subprocess
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = ["ApiServer", "apiserver_binary"]
+
+_BUILD = Path(__file__).with_name("build-kube-apiserver.sh")
+
+
+def apiserver_binary() -> str:
+    """The cached kube-apiserver, built first when this machine has none ($KAI_RAY_APISERVER
+    names one explicitly)."""
+    explicit = os.environ.get("KAI_RAY_APISERVER")
+    if explicit:
+        return explicit
+    done = subprocess.run(["bash", str(_BUILD)], check=True, stdout=subprocess.PIPE, text=True)
+    return done.stdout.strip().splitlines()[-1]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ApiServer:
+    """`with ApiServer() as api:` -> api.kubeconfig (a file), api.url, api.token.
+    `rbac=True` authorises by RBAC (the admin token is in system:masters either way)."""
+
+    def __init__(
+        self, *, rbac: bool = False, workdir: str | None = None, extra_args: tuple[str, ...] = ()
+    ) -> None:
+        self.rbac = rbac
+        self.extra_args = extra_args
+        self.dir = Path(workdir or tempfile.mkdtemp(prefix="kai-ray-apiserver-"))
+        self.token = secrets.token_hex(16)
+        self.port = _free_port()
+        self.url = f"https://127.0.0.1:{self.port}"
+        self.kubeconfig = str(self.dir / "kubeconfig")
+        self._procs: list[subprocess.Popen[bytes]] = []
+
+    def __enter__(self) -> ApiServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        binary = apiserver_binary()
+        etcd_client, etcd_peer = _free_port(), _free_port()
+        etcd = shutil.which("etcd") or "/usr/bin/etcd"
+        self._spawn(
+            "etcd",
+            [
+                etcd,
+                "--data-dir",
+                str(self.dir / "etcd"),
+                "--listen-client-urls",
+                f"http://127.0.0.1:{etcd_client}",
+                "--advertise-client-urls",
+                f"http://127.0.0.1:{etcd_client}",
+                "--listen-peer-urls",
+                f"http://127.0.0.1:{etcd_peer}",
+                "--initial-advertise-peer-urls",
+                f"http://127.0.0.1:{etcd_peer}",
+                "--initial-cluster",
+                f"default=http://127.0.0.1:{etcd_peer}",
+                "--unsafe-no-fsync",
+            ],
+        )
+        self._keys()
+        (self.dir / "tokens.csv").write_text(f'{self.token},admin,1,"system:masters"\n')
+        self._spawn(
+            "apiserver",
+            [
+                binary,
+                f"--etcd-servers=http://127.0.0.1:{etcd_client}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={self.port}",
+                "--advertise-address=127.0.0.1",
+                f"--cert-dir={self.dir / 'certs'}",
+                "--insecure-port=0",
+                f"--token-auth-file={self.dir / 'tokens.csv'}",
+                f"--authorization-mode={'RBAC' if self.rbac else 'AlwaysAllow'}",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={self.dir / 'sa.pub'}",
+                f"--service-account-signing-key-file={self.dir / 'sa.key'}",
+                "--service-cluster-ip-range=10.0.0.0/24",
+                "--disable-admission-plugins=ServiceAccount",
+                "--allow-privileged=true",
+                "--endpoint-reconciler-type=none",
+                "--max-requests-inflight=800",
+                "--max-mutating-requests-inflight=400",
+                *self.extra_args,
+            ],
+        )
+        self._write_kubeconfig()
+        self._wait_ready()
+
+    def _spawn(self, name: str, argv: list[str]) -> None:
+        log = open(self.dir / f"{name}.log", "wb")  # noqa: SIM115 - lives as long as the process
+        self._procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT))
+
+    def _keys(self) -> None:
+        key, pub = self.dir / "sa.key", self.dir / "sa.pub"
+        subprocess.run(["openssl", "genrsa", "-out", str(key), "2048"], check=True, capture_output=True)
+        subprocess.run(
+            ["openssl", "rsa", "-in", str(key), "-pubout", "-out", str(pub)], check=True, capture_output=True
+        )
+
+    def _write_kubeconfig(self) -> None:
+        config: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "test", "cluster": {"server": self.url, "insecure-skip-tls-verify": True}}],
+            "users": [{"name": "admin", "user": {"token": self.token}}],
+            "contexts": [{"name": "test", "context": {"cluster": "test", "user": "admin"}}],
+            "current-context": "test",
+        }
+        Path(self.kubeconfig).write_text(yaml.safe_dump(config))
+
+    def _wait_ready(self, timeout: float = 60.0) -> None:
+        ctx = ssl.create_default_context()
+        ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+        deadline = time.monotonic() + timeout
+        request = urllib.request.Request(
+            f"{self.url}/readyz", headers={"Authorization": f"Bearer {self.token}"}
+        )
+        while time.monotonic() < deadline:
+            for proc in self._procs:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"{proc.args!r} exited ({proc.returncode}); see {self.dir}")
+            try:
+                with urllib.request.urlopen(request, context=ctx, timeout=2) as resp:
+                    if resp.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise TimeoutError(f"kube-apiserver not ready after {timeout:g}s; see {self.dir}/apiserver.log")
+
+    def stop(self) -> None:
+        for proc in reversed(self._procs):
+            proc.terminate()
+        for proc in reversed(self._procs):
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        self._procs.clear()
+        shutil.rmtree(self.dir, ignore_errors=True)

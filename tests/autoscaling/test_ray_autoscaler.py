@@ -1,0 +1,81 @@
+"""kai-ray with Ray's real autoscaler (its fake multi-node provider starts local nodes):
+a gang that waits for room asks for nodes and runs; one held back by its queue asks for
+none.
+
+`AutoscalingCluster.start()` runs `ray stop --force`, which ends every Ray process on the
+machine, so this module must not share a session with another cluster: its directory
+sorts before tests/ray, so it runs (and shuts down) before that suite's cluster starts.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from ray.cluster_utils import AutoscalingCluster  # noqa: E402
+
+import kai_ray  # noqa: E402
+from kai_ray.ray.client import make_spec  # noqa: E402
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
+
+QUEUES = [
+    {"name": "open", "resources": {"gpu": {"quota": -1}, "cpu": {"quota": -1}}},
+    {"name": "capped", "resources": {"gpu": {"quota": 0, "limit": 0}, "cpu": {"quota": -1}}},
+]
+
+
+@pytest.fixture(scope="module")
+def autoscaling() -> Iterator[None]:
+    # `ray start` is run by name: the venv's bin must be on PATH even when it is not active.
+    os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    cluster = AutoscalingCluster(
+        head_resources={"CPU": 2},
+        worker_node_types={
+            "gpu-node": {
+                "resources": {"CPU": 2, "GPU": 4},
+                "node_config": {},
+                "min_workers": 0,
+                "max_workers": 2,
+            }
+        },
+        idle_timeout_minutes=10,
+    )
+    cluster.start()
+    ray.init("auto")
+    try:
+        yield
+    finally:
+        kai_ray.shutdown_scheduler()
+        ray.shutdown()
+        cluster.shutdown()
+
+
+def gpu_nodes() -> int:
+    return sum(1 for n in ray.nodes() if n["Alive"] and n["Resources"].get("GPU"))
+
+
+def test_a_gang_waiting_for_room_gets_nodes_and_one_held_by_its_queue_gets_none(autoscaling: None) -> None:
+    sched = kai_ray.init(queues=QUEUES)
+    assert gpu_nodes() == 0
+    held = sched.submit(
+        make_spec("capped", kind="block", workers=1, resources_per_worker={"GPU": 1, "CPU": 0.1})
+    )
+    time.sleep(15)  # several autoscaler updates (every second here)
+    assert gpu_nodes() == 0, "a workload held back by its queue's limit must not buy a node"
+    assert sched.info(held)["reason_code"] == "queue-limit"
+
+    wid = sched.submit(
+        make_spec("open", kind="block", workers=2, resources_per_worker={"GPU": 4, "CPU": 0.5})
+    )
+    info = sched.wait(wid, ["Running"], timeout=240)
+    assert info["state"] == "Running"
+    assert gpu_nodes() == 2
+    assert sched.info(held)["state"] == "Queued"  # still held: the new nodes were not for it

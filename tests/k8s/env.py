@@ -1,0 +1,244 @@
+"""A Kubernetes test cluster: a real kube-apiserver and etcd, a fake kubelet, a stand-in
+for KubeRay's controller, and `kai-ray operator` run as a user runs it (a process of its
+own, which a test may SIGKILL). Tests are synchronous; the fakes and the client run on an
+asyncio loop in a thread of their own, reached through `env.run(coro)`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+import kai_ray.operators.fakes
+from kai_ray.operators.client import ApiError, Kube, load_kubeconfig
+from kai_ray.operators.commands import install_crds
+from kai_ray.operators.fakes import FakeKubelet, KubeRayStandIn, make_node
+from kai_ray.operators.testserver import ApiServer
+
+T = TypeVar("T")
+CRDS = Path(kai_ray.operators.fakes.__file__).with_name("fakecrds")
+NS = "default"
+
+
+class K8sEnv:
+    def __init__(self, api: ApiServer) -> None:
+        self.api = api
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+        self.kube = Kube(load_kubeconfig(api.kubeconfig))
+        self.run(self.kube.open())
+        self.operator: subprocess.Popen[bytes] | None = None
+        self.operator_log = Path(api.dir) / "operator.log"
+        self._fakes: list[asyncio.Future[Any]] = []
+        self.kuberay: KubeRayStandIn | None = None
+
+    # ------------------------------------------------------------ plumbing
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 60.0) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def close(self) -> None:
+        self.stop_operator()
+        for f in self._fakes:
+            f.cancel()
+        self.run(self.kube.close())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=5)
+
+    def install(self, *, kuberay: bool = True, kai_queue: bool = False) -> None:
+        self.run(install_crds(self.kube))
+        files = (["kuberay.yaml"] if kuberay else []) + (["kai-queue.yaml"] if kai_queue else [])
+        for name in files:
+            for crd in yaml.safe_load_all((CRDS / name).read_text()):
+                self.run(self.kube.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd))
+        time.sleep(0.5)  # established in well under that on this server
+
+    def start_fakes(self, kuberay: bool = True) -> None:
+        kubelet = FakeKubelet(self.kube)
+        self._fakes.append(asyncio.run_coroutine_threadsafe(kubelet.run(), self.loop))
+        if kuberay:
+            self.kuberay = KubeRayStandIn(self.kube)
+            self._fakes.append(asyncio.run_coroutine_threadsafe(self.kuberay.run(), self.loop))
+
+    def start_operator(self, *args: str) -> None:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        log = open(self.operator_log, "ab")  # noqa: SIM115 - the process keeps it
+        self.operator = subprocess.Popen(
+            [sys.executable, "-m", "kai_ray.cli", "operator", "--kubeconfig", self.api.kubeconfig, *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+
+    def stop_operator(self, sig: int = signal.SIGTERM) -> None:
+        if self.operator is not None and self.operator.poll() is None:
+            self.operator.send_signal(sig)
+            try:
+                self.operator.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.operator.kill()
+        self.operator = None
+
+    def wait_for(self, what: str, check: Callable[[], T], timeout: float = 30.0) -> T:
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while time.monotonic() < deadline:
+            if self.operator is not None and self.operator.poll() is not None:
+                raise AssertionError(f"the operator exited ({self.operator.returncode}):\n{self.log_tail()}")
+            last = check()
+            if last:
+                return last  # type: ignore[no-any-return]
+            time.sleep(0.1)
+        raise AssertionError(
+            f"timed out after {timeout:g}s waiting for {what} (last: {last!r})\n{self.log_tail()}"
+        )
+
+    def log_tail(self, lines: int = 40) -> str:
+        if not self.operator_log.exists():
+            return ""
+        return "\n".join(self.operator_log.read_text(errors="replace").splitlines()[-lines:])
+
+    # ------------------------------------------------------------ objects
+
+    def node(
+        self,
+        name: str,
+        *,
+        gpus: int = 8,
+        cpu: str = "64",
+        memory: str = "512Gi",
+        labels: dict[str, str] | None = None,
+    ) -> None:
+        self.run(make_node(self.kube, name, gpus=gpus, cpu=cpu, memory=memory, labels=labels))
+
+    def queue(
+        self,
+        name: str,
+        *,
+        gpu: float = 0,
+        gpu_limit: float = -1,
+        parent: str | None = None,
+        priority: int = 100,
+        weight: float = 1,
+        api: str = "kai-ray.io/v2",
+        **spec: Any,
+    ) -> None:
+        body: dict[str, Any] = {
+            "apiVersion": api,
+            "kind": "Queue",
+            "metadata": {"name": name},
+            "spec": {
+                "priority": priority,
+                "resources": {
+                    "gpu": {"quota": gpu, "limit": gpu_limit, "overQuotaWeight": weight},
+                    "cpu": {"quota": -1},
+                    "memory": {"quota": -1},
+                },
+                **({"parentQueue": parent} if parent else {}),
+                **spec,
+            },
+        }
+        self.run(self.kube.create(f"/apis/{api}/queues", body))
+
+    def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self.run(self.kube.create(path, body))
+
+    def get(self, path: str) -> dict[str, Any]:
+        return self.run(self.kube.get(path))
+
+    def delete(self, path: str) -> None:
+        try:
+            self.run(self.kube.delete(path, grace=0))
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+
+    def pods(self, selector: str = "", ns: str = NS) -> list[dict[str, Any]]:
+        params = {"labelSelector": selector} if selector else {}
+        return self.run(self.kube.get(f"/api/v1/namespaces/{ns}/pods", **params))["items"]
+
+    def cluster_pods(self, cluster: str) -> list[dict[str, Any]]:
+        return [
+            p for p in self.pods(f"ray.io/cluster={cluster}") if not p["metadata"].get("deletionTimestamp")
+        ]
+
+    def events(self, name: str, ns: str = NS) -> list[dict[str, Any]]:
+        items = self.run(self.kube.get(f"/api/v1/namespaces/{ns}/events"))["items"]
+        return [e for e in items if e["involvedObject"]["name"] == name]
+
+
+def bound(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [p for p in pods if p["spec"].get("nodeName")]
+
+
+def running(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [p for p in pods if p.get("status", {}).get("phase") == "Running"]
+
+
+def condition(pod: dict[str, Any], kind: str = "PodScheduled") -> dict[str, Any] | None:
+    for c in pod.get("status", {}).get("conditions") or []:
+        if c["type"] == kind:
+            return dict(c)
+    return None
+
+
+def group(
+    name: str,
+    *,
+    replicas: int,
+    gpus: float = 1,
+    min_replicas: int = 0,
+    hosts: int = 1,
+    cpu: str = "1",
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A worker group of a RayCluster spec, each worker asking for `gpus`."""
+    return {
+        "groupName": name,
+        "replicas": replicas,
+        "minReplicas": min_replicas,
+        "maxReplicas": max(replicas, min_replicas),
+        "numOfHosts": hosts,
+        "template": _template(cpu, gpus, annotations),
+    }
+
+
+def _template(cpu: str, gpus: float, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    resources: dict[str, Any] = {"requests": {"cpu": cpu, "memory": "1Gi"}}
+    if gpus >= 1:
+        resources["requests"]["nvidia.com/gpu"] = str(int(gpus))
+        resources["limits"] = {"nvidia.com/gpu": str(int(gpus))}
+    return {
+        "metadata": {"annotations": annotations or {}},
+        "spec": {"containers": [{"name": "ray", "image": "rayproject/ray", "resources": resources}]},
+    }
+
+
+def cluster_spec(*groups: dict[str, Any], head_cpu: str = "1") -> dict[str, Any]:
+    return {"headGroupSpec": {"template": _template(head_cpu, 0)}, "workerGroupSpecs": list(groups)}
+
+
+def raycluster(
+    name: str, *groups: dict[str, Any], queue: str | None = None, priority: str | None = None, ns: str = NS
+) -> dict[str, Any]:
+    labels = {
+        **({"kai.scheduler/queue": queue} if queue else {}),
+        **({"ray.io/priority-class-name": priority} if priority else {}),
+    }
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {"name": name, "namespace": ns, "labels": labels},
+        "spec": cluster_spec(*groups),
+    }
