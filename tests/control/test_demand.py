@@ -13,7 +13,7 @@ UNLIMITED = -1.0
 
 
 def test_every_reason_code_is_either_capacity_or_held() -> None:
-    assert CAPACITY_CODES | HELD_CODES == set(REASON_CODES)
+    assert set(REASON_CODES) == CAPACITY_CODES | HELD_CODES
     assert not CAPACITY_CODES & HELD_CODES
 
 
