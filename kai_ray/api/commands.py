@@ -11,7 +11,16 @@ import argparse
 from typing import Any
 
 from kai_ray.api import jobcommands
-from kai_ray.api.cliutil import add_common, connect, fail, on_workload, output, running_scheduler, usage
+from kai_ray.api.cliutil import (
+    CommandFailed,
+    add_common,
+    connect,
+    fail,
+    on_workload,
+    output,
+    running_scheduler,
+    usage,
+)
 
 __all__ = ["add_commands"]
 
@@ -29,7 +38,13 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     add_common(status)
     status.set_defaults(func=_status)
     explain = subparsers.add_parser("explain", help="why a workload waits, where it is in line")
-    explain.add_argument("workload", help="workload id (see `kai-ray job list`, `kai-ray status`)")
+    explain.add_argument(
+        "workload",
+        help="workload id (see `kai-ray job list`, `kai-ray status`); on Kubernetes KIND/NAME "
+        "(RayCluster/NAME, RayJob/NAME, RayService/NAME, Pod/NAME) with --kubeconfig",
+    )
+    explain.add_argument("--kubeconfig", help="explain a Kubernetes object (the operator's view)")
+    explain.add_argument("-n", "--namespace", default="default", help="its namespace (Kubernetes)")
     add_common(explain)
     explain.set_defaults(func=_explain)
     cancel = subparsers.add_parser("cancel", help="cancel a workload (releases its reservation)")
@@ -160,7 +175,23 @@ def _status(args: argparse.Namespace) -> int:
 def _explain(args: argparse.Namespace) -> int:
     from kai_ray.api.render import explain_text
 
+    if args.kubeconfig:
+        return _explain_kubernetes(args)
     return on_workload(args, lambda sched: sched.explain(args.workload), explain_text)
+
+
+def _explain_kubernetes(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from kai_ray.operators.client import load_kubeconfig
+    from kai_ray.operators.explain import explain_object
+
+    try:
+        text = asyncio.run(explain_object(load_kubeconfig(args.kubeconfig), args.workload, args.namespace))
+    except (LookupError, FileNotFoundError) as exc:
+        raise CommandFailed(str(exc)) from None
+    print(text)
+    return 0
 
 
 def _cancel(args: argparse.Namespace) -> int:

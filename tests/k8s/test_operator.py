@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from tests.k8s.env import NS, K8sEnv, bound, condition, group, raycluster, running
@@ -36,6 +39,40 @@ def test_a_gang_is_bound_whole_and_a_gang_too_big_waits_whole_with_its_reason(k8
     assert "8" in message and "node" in message, message
     events = k8s.events("huge")
     assert any(e["reason"] == "Unschedulable" for e in events), events
+
+    # `kai-ray explain` reads the same back from the API server.
+    explained = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kai_ray.cli",
+            "explain",
+            "RayCluster/huge",
+            "--kubeconfig",
+            k8s.api.kubeconfig,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert explained.returncode == 0, explained.stderr
+    assert "RayCluster default/huge: 0 of 3 pods bound" in explained.stdout
+    assert "waits: Unschedulable:" in explained.stdout and message in explained.stdout
+    missing = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kai_ray.cli",
+            "explain",
+            "RayCluster/nope",
+            "--kubeconfig",
+            k8s.api.kubeconfig,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert missing.returncode == 2 and "RayCluster default/nope does not exist" in missing.stderr
 
 
 def test_gang_waits_until_the_whole_gang_fits_then_is_bound_at_once(k8s: K8sEnv) -> None:
