@@ -94,6 +94,8 @@ class Controller:
         topologies = {**config.topologies, NODE_TOPOLOGY: Topology(NODE_TOPOLOGY, (node_label,))}
         self.config = dataclasses.replace(config, topologies=topologies)
         self.node_label = node_label
+        # An autoscaler may add nodes: accept workloads larger than the cluster is now.
+        self.cluster_grows = False
         self.workloads: dict[str, Workload] = {}
         self.queue_status: dict[str, QueueStatus] = {}
         self.positions: dict[str, tuple[int, int]] = {}
@@ -178,11 +180,14 @@ class Controller:
             spec.kind,
             bool(spec.entrypoint.strip()),
             spec.handoff,
+            self.cluster_grows,
         )
         if shape in self._accepted:
             spec.resources_per_worker = dict(self._accepted[shape])
             return
-        validate_spec(spec, self.queues, list(self.nodes.values()), self.node_label)
+        validate_spec(
+            spec, self.queues, list(self.nodes.values()), self.node_label, cluster_grows=self.cluster_grows
+        )
         if len(self._accepted) > 256:
             self._accepted.clear()
         self._accepted[shape] = dict(spec.resources_per_worker)

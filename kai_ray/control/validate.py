@@ -47,12 +47,20 @@ def queue_problem(name: str, queues: Sequence[QueueInfo]) -> str:
 
 
 def validate_spec(
-    spec: WorkloadSpec, queues: Sequence[QueueInfo], nodes: Sequence[NodeInfo], node_label: str
+    spec: WorkloadSpec,
+    queues: Sequence[QueueInfo],
+    nodes: Sequence[NodeInfo],
+    node_label: str,
+    *,
+    cluster_grows: bool = False,
 ) -> None:
     """Raise SubmitError for a queue it may not use, bad sizes or strategy, a job without
     a command, a worker no node could hold even when empty, or a gang the whole cluster
     could not hold even when empty (the core's own rule, gang_never_fits). Normalises
-    spec.resources_per_worker (quantities such as "16Gi" become numbers)."""
+    spec.resources_per_worker (quantities such as "16Gi" become numbers).
+
+    `cluster_grows`: an autoscaler may add nodes, so a workload larger than today's
+    cluster is accepted; it waits for room (and asks the autoscaler for it)."""
     problem = queue_problem(spec.queue, queues)
     if problem:
         raise SubmitError(problem)
@@ -71,6 +79,8 @@ def validate_spec(
         spec.resources_per_worker = parse_resources(spec.resources_per_worker)
     except ValueError as exc:
         raise SubmitError(str(exc)) from None
+    if cluster_grows:
+        return
     why = largest_fit(request_for(spec.resources_per_worker), nodes) or gang_never_fits(
         nodes, job_info(Workload(id="new", spec=spec, created_at=0.0), node_label)
     )

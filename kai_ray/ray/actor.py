@@ -28,6 +28,7 @@ from kai_ray.control import (
     SubmitError,
     WorkloadSpec,
 )
+from kai_ray.control.demand import autoscaler_bundles
 from kai_ray.control.nodes import node_usage
 from kai_ray.control.queues import queue_from_json
 from kai_ray.control.snapshot import held_by_workloads
@@ -35,7 +36,7 @@ from kai_ray.control.views import queue_views, worker_signature
 from kai_ray.core import Pipeline, QueueInfo, SchedulerConfig
 from kai_ray.ray.adapters import RayActuator, RayCluster
 from kai_ray.ray.kvstore import KVStore
-from kai_ray.ray.translate import NODE_ID_LABEL, short_node_ids
+from kai_ray.ray.translate import NODE_ID_LABEL, autoscaler_request, short_node_ids
 
 __all__ = ["NAMESPACE", "SCHEDULER_NAME", "SchedulerActor", "get_or_start_scheduler"]
 
@@ -49,10 +50,27 @@ NODE_STALE_S = 5.0
 REUSE_DELAY_S = 0.2
 EAGER_READY = 8  # groups of one step whose readiness is asked for as they are created
 REAP_S = 5.0  # how often drivers that exited, and groups nobody holds, are looked for
+AUTOSCALER_CHECK_S = 10.0  # how often to look whether an autoscaler appeared
 PIN_S = 300.0  # how often uploaded job packages of waiting jobs are pinned again
 PIN_FOR_S = 1800  # ... and for how long each time (Ray drops unpinned ones after 10 min)
 # Without a queue file: one queue that may use the whole cluster.
 DEFAULT_QUEUE = QueueInfo("default", quota=(-1.0, -1.0, -1.0))
+
+
+def _autoscaler_runs() -> bool:
+    """Whether an autoscaler manages this Ray cluster: Ray's monitor publishes its status
+    in the GCS key-value store (KAI_RAY_AUTOSCALING=1 or 0 overrides the guess)."""
+    import os
+
+    forced = os.environ.get("KAI_RAY_AUTOSCALING")
+    if forced is not None:
+        return forced == "1"
+    from ray.experimental import internal_kv
+
+    try:
+        return bool(internal_kv._internal_kv_get("__autoscaling_status"))
+    except Exception:
+        return False
 
 
 @ray.remote(num_cpus=0, max_retries=0)
@@ -107,6 +125,9 @@ class SchedulerActor:
         self._reaped_at = 0.0
         self._pinned_at = 0.0
         self._created_in_step = 0
+        self._asked: list[dict[str, float]] = []  # what Ray's autoscaler was last asked for
+        self.engine.cluster_grows = _autoscaler_runs()
+        self._autoscaler_checked = time.time()
         # The event loop is not running yet inside __init__: start the loop by a call.
         ray.get_runtime_context().current_actor.start.remote()
 
@@ -151,6 +172,7 @@ class SchedulerActor:
         self._notify(step.events)
         if refresh:
             self._probe_new_nodes()
+            self._ask_autoscaler()
         if now - self._reaped_at > REAP_S:
             self._reaped_at = now
             self._reap()
@@ -169,6 +191,28 @@ class SchedulerActor:
             asyncio.get_running_loop().call_later(REUSE_DELAY_S, self._kick)
         if self._metrics is not None:
             self._metrics.record(self.engine.queue_status, self.engine.queues, self.engine.workloads.values())
+
+    def _ask_autoscaler(self) -> None:
+        """Tell Ray's autoscaler about gangs that wait for room, and only those: work
+        held back by its queue must never make the cluster grow (kai_ray.control.demand)."""
+        if not self.engine.cluster_grows:
+            # The autoscaler may publish its first status after the scheduler started.
+            if time.time() - self._autoscaler_checked < AUTOSCALER_CHECK_S:
+                return
+            self._autoscaler_checked = time.time()
+            self.engine.cluster_grows = _autoscaler_runs()
+            if not self.engine.cluster_grows:
+                return
+        bundles = autoscaler_request(autoscaler_bundles(self.engine.workloads.values()))
+        if bundles == self._asked:
+            return
+        from ray.autoscaler.sdk import request_resources
+
+        try:
+            request_resources(bundles=bundles)
+            self._asked = bundles
+        except Exception:  # an autoscaler that went away: nothing to ask
+            log.warning("asking Ray's autoscaler for %d bundles failed", len(bundles), exc_info=True)
 
     def _probe_new_nodes(self) -> None:
         """NVML on each new GPU node, once: model and memory per device."""

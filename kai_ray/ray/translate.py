@@ -15,7 +15,7 @@ from typing import Any
 
 from kai_ray.core import NodeInfo, Request
 
-__all__ = ["NODE_ID_LABEL", "RAY_NAMES", "bundle_for", "node_info", "short_node_ids"]
+__all__ = ["NODE_ID_LABEL", "RAY_NAMES", "autoscaler_request", "bundle_for", "node_info", "short_node_ids"]
 
 NODE_ID_LABEL = "ray.io/node-id"
 GPU_MEMORY_LABEL = "kai-ray/gpu-memory"  # bytes per device, where NVML is not available
@@ -90,6 +90,18 @@ def bundle_for(request: Request, node: NodeInfo) -> dict[str, float]:
             bundle[name] = round(amount, 4)
     # Ray refuses an empty bundle; a token of CPU keeps a resource-free worker placeable.
     return bundle or {"CPU": 0.001}
+
+
+def autoscaler_request(bundles: list[dict[str, float]]) -> list[dict[str, float]]:
+    """kai-ray's bundles in the names Ray's autoscaler knows: a slice of GPU memory asks
+    for a node with a GPU (its size on a node not yet started is unknown)."""
+    out = []
+    for bundle in bundles:
+        ray_bundle = {k: v for k, v in bundle.items() if k != "gpu_memory"}
+        if bundle.get("gpu_memory", 0) > 0:
+            ray_bundle["GPU"] = max(ray_bundle.get("GPU", 0.0), 1.0)
+        out.append(ray_bundle or {"CPU": 0.001})
+    return out
 
 
 # Ray's node ids are 56 hex digits; people read the first 12, as `ray status` shows them.

@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,11 +33,47 @@ QUEUES = [
 ]
 
 
+class _FakeNodesCluster(AutoscalingCluster):  # type: ignore[misc]
+    """Ray's AutoscalingCluster reads its base config from an example file the Ray wheel
+    does not ship; the same fake multi-node provider is named here as an external one,
+    with the whole config written out."""
+
+    def _generate_config(self, head_resources: dict, worker_node_types: dict, **_: Any) -> dict[str, Any]:
+        provider = "ray.autoscaler._private.fake_multi_node.node_provider.FakeMultiNodeProvider"
+        return {
+            "cluster_name": "kai-ray-autoscaling-test",
+            "max_workers": sum(t["max_workers"] for t in worker_node_types.values()),
+            "idle_timeout_minutes": 10,
+            "upscaling_speed": 10.0,
+            "provider": {
+                "type": "external",
+                "module": provider,
+                "disable_launch_config_check": True,
+                "disable_node_updaters": True,
+                "use_node_id_as_ip": True,
+            },
+            "auth": {"ssh_user": "ubuntu"},
+            "available_node_types": {
+                "ray.head.default": {"resources": dict(head_resources), "node_config": {}, "max_workers": 0},
+                **worker_node_types,
+            },
+            "head_node_type": "ray.head.default",
+            "file_mounts": {},
+            "cluster_synced_files": [],
+            "initialization_commands": [],
+            "setup_commands": [],
+            "head_setup_commands": [],
+            "worker_setup_commands": [],
+            "head_start_ray_commands": [],
+            "worker_start_ray_commands": [],
+        }
+
+
 @pytest.fixture(scope="module")
 def autoscaling() -> Iterator[None]:
     # `ray start` is run by name: the venv's bin must be on PATH even when it is not active.
     os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-    cluster = AutoscalingCluster(
+    cluster = _FakeNodesCluster(
         head_resources={"CPU": 2},
         worker_node_types={
             "gpu-node": {
@@ -46,7 +83,6 @@ def autoscaling() -> Iterator[None]:
                 "max_workers": 2,
             }
         },
-        idle_timeout_minutes=10,
     )
     cluster.start()
     ray.init("auto")
