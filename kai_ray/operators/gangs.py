@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 from kai_ray.config.priority import DEFAULT_PRIORITY_CLASSES, NON_PREEMPTIBLE_FROM
 from kai_ray.core.model import Request, TopologyConstraint
-from kai_ray.operators.requests import spec_request
+from kai_ray.operators.requests import GPU_FRACTION, GPU_FRACTION_DEVICES, GPU_MEMORY, spec_request
 
 __all__ = ["Gang", "build_gangs", "pod_finished", "pod_request", "scheduled_by_us"]
 
@@ -135,10 +135,30 @@ def pod_finished(pod: Mapping[str, Any]) -> bool:
     return ((pod.get("status") or {}).get("phase")) in ("Succeeded", "Failed")
 
 
+# A pod's resources cannot change once it exists, so its request is read once per pod
+# (and per value of the annotations that make it a GPU share), not once per cycle.
+_REQUESTS: dict[tuple[str, str, str, str], Request] = {}
+_REQUESTS_MAX = 200_000
+
+
 def pod_request(pod: Mapping[str, Any]) -> Request:
     """What the pod asks for; ValueError (naming the pod) for requests that cannot be read."""
-    what = f"pod {_namespace(pod)}/{_name(pod)}"
-    return spec_request(_spec(pod), _section(pod, "annotations"), what)
+    annotations = _section(pod, "annotations")
+    uid = str(_meta(pod).get("uid") or "")
+    key = (
+        uid,
+        str(annotations.get(GPU_FRACTION)),
+        str(annotations.get(GPU_MEMORY)),
+        str(annotations.get(GPU_FRACTION_DEVICES)),
+    )
+    if uid and key in _REQUESTS:
+        return _REQUESTS[key]
+    request = spec_request(_spec(pod), annotations, f"pod {_namespace(pod)}/{_name(pod)}")
+    if uid:
+        if len(_REQUESTS) >= _REQUESTS_MAX:
+            _REQUESTS.clear()
+        _REQUESTS[key] = request
+    return request
 
 
 # ---------------------------------------------------------------- owners
