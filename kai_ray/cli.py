@@ -16,10 +16,10 @@ from typing import NoReturn
 
 from kai_ray import __version__
 from kai_ray.api import commands as api_commands
+from kai_ray.api import operatorcommands as operator_commands
 from kai_ray.api.cliutil import CommandFailed
 from kai_ray.bench import commands as bench_commands
 from kai_ray.config.errors import ConfigError
-from kai_ray.operators import commands as operator_commands
 from kai_ray.scenario import commands as scenario_commands
 
 __all__ = ["build_parser", "main"]

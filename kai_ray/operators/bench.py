@@ -17,8 +17,8 @@ import time
 from typing import Any
 
 from kai_ray.operators.client import Kube, gather_limited, load_kubeconfig
-from kai_ray.operators.commands import install_crds
 from kai_ray.operators.fakes import make_node
+from kai_ray.operators.install import install_crds
 from kai_ray.operators.operator import Operator, OperatorOptions
 from kai_ray.operators.testserver import ApiServer
 

@@ -50,7 +50,7 @@ NODE_STALE_S = 5.0
 REUSE_DELAY_S = 0.2
 EAGER_READY = 8  # groups of one step whose readiness is asked for as they are created
 REAP_S = 5.0  # how often drivers that exited, and groups nobody holds, are looked for
-AUTOSCALER_CHECK_S = 10.0  # how often to look whether an autoscaler appeared
+AUTOSCALER_CHECK_S = 5.0  # how often to look whether an autoscaler appeared
 PIN_S = 300.0  # how often uploaded job packages of waiting jobs are pinned again
 PIN_FOR_S = 1800  # ... and for how long each time (Ray drops unpinned ones after 10 min)
 # Without a queue file: one queue that may use the whole cluster.
@@ -58,8 +58,11 @@ DEFAULT_QUEUE = QueueInfo("default", quota=(-1.0, -1.0, -1.0))
 
 
 def _autoscaler_runs() -> bool:
-    """Whether an autoscaler manages this Ray cluster: Ray's monitor publishes its status
-    in the GCS key-value store (KAI_RAY_AUTOSCALING=1 or 0 overrides the guess)."""
+    """Whether an autoscaler manages this Ray cluster (KAI_RAY_AUTOSCALING=1 or 0 says so
+    outright). Ray's monitor runs on every head and publishes its status in the GCS; on
+    a cluster without an autoscaling config it runs read-only, naming each node's type
+    after the node itself (`node_<id>`), while a real config names its node types."""
+    import json
     import os
 
     forced = os.environ.get("KAI_RAY_AUTOSCALING")
@@ -68,9 +71,12 @@ def _autoscaler_runs() -> bool:
     from ray.experimental import internal_kv
 
     try:
-        return bool(internal_kv._internal_kv_get("__autoscaling_status"))
+        raw = internal_kv._internal_kv_get("__autoscaling_status")
+        report = (json.loads(raw).get("autoscaler_report") or {}) if raw else {}
     except Exception:
         return False
+    types = report.get("node_type_mapping") or {}
+    return any(kind != f"node_{node}" for node, kind in types.items())
 
 
 @ray.remote(num_cpus=0, max_retries=0)

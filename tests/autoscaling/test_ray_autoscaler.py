@@ -86,12 +86,24 @@ def autoscaling() -> Iterator[None]:
     )
     cluster.start()
     ray.init("auto")
+    _wait_for_autoscaler()
     try:
         yield
     finally:
         kai_ray.shutdown_scheduler()
         ray.shutdown()
         cluster.shutdown()
+
+
+def _wait_for_autoscaler(timeout: float = 60.0) -> None:
+    """Until Ray's monitor has published the autoscaler's first status (kai-ray reads it
+    to know that the cluster can grow)."""
+    from kai_ray.ray.actor import _autoscaler_runs
+
+    deadline = time.time() + timeout
+    while not _autoscaler_runs():
+        assert time.time() < deadline, "Ray's autoscaler published no status"
+        time.sleep(0.5)
 
 
 def gpu_nodes() -> int:

@@ -21,8 +21,8 @@ import yaml
 
 import kai_ray.operators.fakes
 from kai_ray.operators.client import ApiError, Kube, load_kubeconfig
-from kai_ray.operators.commands import install_crds
 from kai_ray.operators.fakes import FakeKubelet, KubeRayStandIn, make_node
+from kai_ray.operators.install import install_crds
 from kai_ray.operators.testserver import ApiServer
 
 T = TypeVar("T")

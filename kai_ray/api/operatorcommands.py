@@ -1,24 +1,16 @@
 """`kai-ray operator`: schedule the pods of KubeRay (and any pod whose schedulerName is
-ours) on a Kubernetes cluster."""
+ours) on a Kubernetes cluster, from a process of its own or inside a Ray cluster."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import logging
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-import yaml
+from typing import Any
 
 from kai_ray.operators import DEFAULT_SCHEDULER_NAMES
 
-if TYPE_CHECKING:
-    from kai_ray.operators.client import Kube
-
-__all__ = ["CRD_DIR", "add_commands", "install_crds"]
-
-CRD_DIR = Path(__file__).with_name("crds")
+__all__ = ["add_commands"]
 
 
 def add_commands(subparsers: Any) -> None:
@@ -53,12 +45,20 @@ def add_commands(subparsers: Any) -> None:
     )
     p.add_argument("--config", help="scheduler settings file (actions, placement, topologies)")
     p.add_argument("--install-crds", action="store_true", help="create or update kai-ray's CRDs first")
+    p.add_argument(
+        "--in-ray",
+        action="store_true",
+        help="run inside the Ray cluster (RAY_ADDRESS, or --address) as the detached actor "
+        "kai-ray-operator: start it, or find the one running, and return",
+    )
+    p.add_argument("--address", help="with --in-ray: the Ray cluster's address (default: auto)")
     p.add_argument("-v", "--verbose", action="store_true", help="log every cycle")
     p.set_defaults(func=_operator)
 
 
 def _operator(args: argparse.Namespace) -> int:
     from kai_ray.operators.client import Kube, load_kubeconfig
+    from kai_ray.operators.install import install_crds
     from kai_ray.operators.operator import Operator, OperatorOptions
 
     logging.basicConfig(
@@ -74,6 +74,8 @@ def _operator(args: argparse.Namespace) -> int:
 
         options.config = load_scheduler_config(args.config)
     config = load_kubeconfig(args.kubeconfig, args.context)
+    if args.in_ray:
+        return _in_ray(args, config, options)
 
     async def run() -> None:
         async with Kube(config) as kube:
@@ -91,32 +93,22 @@ def _operator(args: argparse.Namespace) -> int:
     return 0
 
 
-async def install_crds(kube: Kube) -> None:
-    """Create kai-ray's CRDs, or update them to this version's schema."""
-    from kai_ray.operators.client import ApiError
+def _in_ray(args: argparse.Namespace, config: Any, options: Any) -> int:
+    from kai_ray.api.cliutil import connect_ray
+    from kai_ray.api.operator_actor import OPERATOR_ACTOR, find_or_start_operator
+    from kai_ray.operators.install import install_crds
 
-    base = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-    for path in sorted(CRD_DIR.glob("*.yaml")):
-        crd = yaml.safe_load(path.read_text())
-        name = crd["metadata"]["name"]
-        try:
-            await kube.create(base, crd)
-        except ApiError as exc:
-            if exc.status != 409:
-                raise
-            current = await kube.get(f"{base}/{name}")
-            crd["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-            await kube.replace(f"{base}/{name}", crd)
-        await _wait_established(kube, f"{base}/{name}")
+    connect_ray(args.address)
+    if args.install_crds:
+        from kai_ray.operators.client import Kube
 
+        async def crds() -> None:
+            async with Kube(config) as kube:
+                await install_crds(kube)
 
-async def _wait_established(kube: Kube, path: str, timeout: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while loop.time() < deadline:
-        crd = await kube.get(path)
-        conditions = crd.get("status", {}).get("conditions") or []
-        if any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions):
-            return
-        await asyncio.sleep(0.05)
-    raise TimeoutError(f"CRD {path.rsplit('/', 1)[-1]} not established after {timeout:g}s")
+        asyncio.run(crds())
+    _, started = find_or_start_operator(config, options)
+    verb = "started" if started else "already runs"
+    where = f"actor {OPERATOR_ACTOR} (namespace kai-ray)"
+    print(f"kai-ray operator {verb} in this Ray cluster as {where}, on {config.server}")
+    return 0

@@ -1,0 +1,43 @@
+"""kai-ray's CRDs on a cluster: created, or updated to this version's schema."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import yaml
+
+from kai_ray.operators.client import ApiError, Kube
+
+__all__ = ["CRD_DIR", "install_crds"]
+
+CRD_DIR = Path(__file__).with_name("crds")
+
+
+async def install_crds(kube: Kube) -> None:
+    """Create kai-ray's CRDs, or update them to this version's schema."""
+    base = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+    for path in sorted(CRD_DIR.glob("*.yaml")):
+        crd = yaml.safe_load(path.read_text())
+        name = crd["metadata"]["name"]
+        try:
+            await kube.create(base, crd)
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+            current = await kube.get(f"{base}/{name}")
+            crd["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            await kube.replace(f"{base}/{name}", crd)
+        await _wait_established(kube, f"{base}/{name}")
+
+
+async def _wait_established(kube: Kube, path: str, timeout: float = 10.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while loop.time() < deadline:
+        crd = await kube.get(path)
+        conditions = crd.get("status", {}).get("conditions") or []
+        if any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions):
+            return
+        await asyncio.sleep(0.05)
+    raise TimeoutError(f"CRD {path.rsplit('/', 1)[-1]} not established after {timeout:g}s")
