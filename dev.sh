@@ -41,6 +41,9 @@ case "${1:-}" in
     echo "== ruff format";   "$VENV/bin/ruff" format --check -q kai_ray tests
     echo "== mypy (strict on kai_ray/core, kai_ray/control, kai_ray/operators)"; "$VENV/bin/mypy" kai_ray/core kai_ray/control kai_ray/operators
     echo "== import contracts"; "$VENV/bin/lint-imports"
+    # The Kubernetes tests run a real kube-apiserver: built from Debian's source once per
+    # machine (about 15 minutes on 2 cores), then cached under ~/.cache/kai-ray.
+    echo "== kube-apiserver"; bash kai_ray/operators/build-kube-apiserver.sh
     echo "== pytest"
     exec "$VENV/bin/pytest" "$@"
     ;;

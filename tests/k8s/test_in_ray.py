@@ -15,7 +15,7 @@ import pytest
 from tests.k8s.env import NS, K8sEnv, group, raycluster, running
 
 ray = pytest.importorskip("ray")
-pytestmark = [pytest.mark.k8s, pytest.mark.ray, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.k8s, pytest.mark.ray]
 RC = f"/apis/ray.io/v1/namespaces/{NS}/rayclusters"
 
 
