@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 import time
 from collections import Counter, defaultdict
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -137,3 +138,91 @@ def test_operator_killed_while_binding_leaves_no_partial_gang(k8s: K8sEnv) -> No
             k8s.delete(f"/api/v1/namespaces/{NS}/pods/{p['metadata']['name']}")
     k8s.wait_for("the next gangs bound", lambda: len(bound(k8s.pods())) == fits * PODS_PER_GANG, timeout=90)
     assert _partial(k8s.pods()) == []
+
+
+def test_a_partly_bound_gang_that_no_longer_fits_is_evicted_whole(k8s: K8sEnv, tmp_path: Path) -> None:
+    """As a crash can leave it: half a gang bound, and the room for the rest taken since."""
+    k8s.node("n0", gpus=4)
+    k8s.queue("default-parent-queue", gpu=-1)
+    k8s.queue("default-queue", gpu=-1, parent="default-parent-queue")
+    rc = k8s.create(
+        f"/apis/ray.io/v1/namespaces/{NS}/rayclusters",
+        {
+            "apiVersion": "ray.io/v1",
+            "kind": "RayCluster",
+            "metadata": {"name": "half", "namespace": NS},
+            "spec": {"headGroupSpec": {}, "workerGroupSpecs": [{"groupName": "w", "replicas": 3}]},
+        },
+    )
+    owner = {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "name": "half",
+        "uid": rc["metadata"]["uid"],
+        "controller": True,
+    }
+    for j in range(4):
+        k8s.create(
+            f"/api/v1/namespaces/{NS}/pods",
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": f"half-{j}",
+                    "namespace": NS,
+                    "ownerReferences": [owner],
+                    "labels": {
+                        "ray.io/cluster": "half",
+                        "ray.io/group": "headgroup" if j == 0 else "w",
+                        "ray.io/node-type": "head" if j == 0 else "worker",
+                    },
+                },
+                "spec": {
+                    "schedulerName": "kai-scheduler",
+                    "containers": [
+                        {
+                            "name": "ray",
+                            "image": "ray",
+                            "resources": {
+                                "requests": {"nvidia.com/gpu": "1"},
+                                "limits": {"nvidia.com/gpu": "1"},
+                            },
+                        }
+                    ],
+                },
+            },
+        )
+    for j in range(2):  # the operator died after binding two of the four
+        k8s.run(k8s.kube.bind(NS, f"half-{j}", "n0"))
+    k8s.create(
+        f"/api/v1/namespaces/{NS}/pods",
+        {  # and another scheduler took the rest
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "squatter"},
+            "spec": {
+                "nodeName": "n0",
+                "containers": [
+                    {
+                        "name": "c",
+                        "image": "x",
+                        "resources": {"requests": {"nvidia.com/gpu": "2"}, "limits": {"nvidia.com/gpu": "2"}},
+                    }
+                ],
+            },
+        },
+    )
+    config = tmp_path / "scheduler.yaml"
+    config.write_text("staleGangGracePeriod: 2s\n")
+    k8s.start_fakes(kuberay=False)
+    k8s.start_operator("--config", str(config))
+    k8s.wait_for(
+        "the half gang evicted",
+        lambda: (
+            not bound(
+                [p for p in k8s.pods("ray.io/cluster=half") if not p["metadata"].get("deletionTimestamp")]
+            )
+        ),
+        timeout=60,
+    )
+    assert any(e["reason"] == "StaleGang" for e in k8s.get(f"/api/v1/namespaces/{NS}/events")["items"])
