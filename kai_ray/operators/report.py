@@ -23,6 +23,7 @@ from kai_ray.core import CycleResult, Evict, Reason
 from kai_ray.operators.client import ApiError, Kube, gather_limited
 from kai_ray.operators.gangs import Gang
 from kai_ray.operators.queues import KAI_RAY_QUEUE_API, QueueSet, queue_status_body
+from kai_ray.operators.taints import describe
 from kai_ray.operators.world import World
 
 __all__ = ["Reporter", "condition_reason"]
@@ -84,7 +85,7 @@ class Reporter:
 
     def _waiting(self, gang: Gang, reason: Reason, position: tuple[int, int] | None) -> list[Any]:
         where = f" (position {position[0]} of {position[1]} in queue {gang.queue})" if position else ""
-        message = reason.text + where
+        message = describe(reason.text) + where
         word = condition_reason(reason)
         calls: list[Any] = []
         for pod in gang.pods:

@@ -10,6 +10,7 @@ pod exists: the room it will need, held with its cluster (see gangs.Gang.submitt
 from __future__ import annotations
 
 import calendar
+import dataclasses
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -19,6 +20,7 @@ from typing import Any
 from kai_ray.core import ClusterSnapshot, JobInfo, NodeInfo, QueueInfo, Request, TaskInfo, TaskStatus
 from kai_ray.core.quantity import parse_quantity
 from kai_ray.operators.gangs import Gang, pod_finished, pod_request, scheduled_by_us
+from kai_ray.operators.taints import blocking_taints, profile_label, tolerates, tolerations_of
 
 __all__ = [
     "GPU_GROUP_ANNOTATION",
@@ -75,12 +77,9 @@ def node_info(node: Mapping[str, Any], outside: Mapping[str, float] | None = Non
 
 
 def node_takes_pods(node: Mapping[str, Any]) -> bool:
-    """Ready, not cordoned, and no taint that keeps new pods off (tolerations are not
-    matched yet: a NoSchedule or NoExecute taint keeps every kai-ray pod off the node)."""
+    """Ready and not cordoned. (Taints keep off only the pods that do not tolerate them:
+    see kai_ray.operators.taints.)"""
     if node.get("spec", {}).get("unschedulable"):
-        return False
-    taints = node.get("spec", {}).get("taints") or []
-    if any(t.get("effect") in ("NoSchedule", "NoExecute") for t in taints):
         return False
     conditions = node.get("status", {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
@@ -103,16 +102,43 @@ def build_world(
     usable = [g for g in gangs if not g.problem]
     problems = {g.id: g for g in gangs if g.problem}
     outside = _outside_use(pods, names, problems.values(), assumed)
+    nodes = list(nodes)
     infos = [node_info(n, outside.get(n["metadata"]["name"])) for n in nodes]
+    selectors = _toleration_labels(nodes, infos, usable)
     jobs: list[JobInfo] = []
     task_pods: dict[tuple[str, str], dict[str, Any]] = {}
     for gang in usable:
         job = _job(gang, assumed, placeholders)
+        if gang.id in selectors:
+            job.node_selector = {**job.node_selector, selectors[gang.id]: "true"}
         for pod in gang.pods:
             task_pods[(gang.id, pod["metadata"]["name"])] = dict(pod)
         jobs.append(job)
     snapshot = ClusterSnapshot(nodes=infos, queues=queues, jobs=jobs)
     return World(snapshot=snapshot, gangs={g.id: g for g in usable}, pods=task_pods, problems=problems)
+
+
+def _toleration_labels(
+    nodes: list[Mapping[str, Any]], infos: list[NodeInfo], gangs: list[Gang]
+) -> dict[str, str]:
+    """Label the nodes per set of tolerations (changing `infos` in place); gang id -> the
+    label its pods' tolerations stand for. Nothing when no node has a blocking taint."""
+    taints = [blocking_taints(n) for n in nodes]
+    if not any(taints):
+        return {}
+    by_gang: dict[str, str] = {}
+    labelled: dict[str, list[bool]] = {}
+    for gang in gangs:
+        profile = [tolerations_of(p) for p in gang.pods] or [frozenset()]
+        label = profile_label(profile)
+        by_gang[gang.id] = label
+        if label not in labelled:
+            labelled[label] = [tolerates(profile, t) for t in taints]
+    for i, info in enumerate(infos):
+        extra = {label: "true" for label, ok in labelled.items() if ok[i]}
+        if extra:
+            infos[i] = dataclasses.replace(info, labels={**info.labels, **extra})
+    return by_gang
 
 
 def _job(gang: Gang, assumed: Mapping[str, str], placeholders: Mapping[str, str]) -> JobInfo:

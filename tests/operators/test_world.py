@@ -85,8 +85,7 @@ def pod(
         pytest.param(node(), True, id="ready"),
         pytest.param(node(ready=False), False, id="not-ready"),
         pytest.param(node(cordoned=True), False, id="cordoned"),
-        pytest.param(node(taint="NoSchedule"), False, id="no-schedule-taint"),
-        pytest.param(node(taint="PreferNoSchedule"), True, id="soft-taint"),
+        pytest.param(node(taint="NoSchedule"), True, id="tainted-left-to-tolerations"),
     ],
 )
 def test_which_nodes_take_new_pods(obj: dict[str, Any], schedulable: bool) -> None:
@@ -170,3 +169,60 @@ def test_a_rayjob_waiting_for_its_submitter_holds_room_for_it() -> None:
     )
     held = w.snapshot.jobs[0].tasks[-1]
     assert (held.status, held.node) == (TaskStatus.RUNNING, "n0")
+
+
+def tolerating(p: dict[str, Any], *tolerations: dict[str, str]) -> dict[str, Any]:
+    p["spec"]["tolerations"] = list(tolerations)
+    return p
+
+
+GPU_TAINT = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+GPU = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+KV = {"key": "k", "value": "v", "effect": "NoSchedule"}
+
+
+@pytest.mark.parametrize(
+    ("taint", "tolerations", "usable"),
+    [
+        pytest.param(GPU, [], False, id="not-tolerated"),
+        pytest.param(GPU, [GPU_TAINT], True, id="tolerated-by-key"),
+        pytest.param(GPU, [{"operator": "Exists"}], True, id="tolerates-everything"),
+        pytest.param({**GPU, "effect": "NoExecute"}, [GPU_TAINT], False, id="other-effect"),
+        pytest.param(
+            KV, [{"key": "k", "operator": "Equal", "value": "v", "effect": "NoSchedule"}], True, id="equal"
+        ),
+        pytest.param(KV, [{"key": "k", "operator": "Equal", "value": "w"}], False, id="other-value"),
+        pytest.param({**GPU, "effect": "PreferNoSchedule"}, [], True, id="soft-taint-blocks-nothing"),
+    ],
+)
+def test_tainted_nodes_take_only_the_gangs_that_tolerate_them(
+    taint: dict[str, str], tolerations: list[dict[str, str]], usable: bool
+) -> None:
+    from kai_ray.core import QueueInfo, SchedulerConfig, run_cycle
+    from kai_ray.operators.taints import describe
+
+    tainted = node("gpu")
+    tainted["spec"]["taints"] = [taint]
+    pods = [tolerating(pod("a", owner="rc"), *tolerations), tolerating(pod("b", owner="rc"), *tolerations)]
+    w = build_world(
+        [tainted],
+        pods,
+        build_gangs(pods, {}, {}),
+        [QueueInfo("default-queue", quota=(-1, -1, -1))],
+        scheduler_names=("kai-ray",),
+        assumed={},
+        placeholders={},
+    )
+    result = run_cycle(w.snapshot, SchedulerConfig(), 0.0)
+    assert (len(result.decisions) == 2) is usable
+    if not usable:
+        (reason,) = result.waiting.values()
+        assert "tolerations that match the nodes' taints" in describe(reason.text)
+
+
+def test_a_cluster_without_taints_gets_no_labels() -> None:
+    w = world([pod("a")])
+    assert not any(k.startswith("kai-ray.io/") for k in w.snapshot.nodes[0].labels)
+    assert w.snapshot.jobs[0].node_selector == {}
