@@ -44,7 +44,12 @@ def add_commands(subparsers: Any) -> None:
         help="queue of pods without a kai.scheduler/queue label (default: default-queue)",
     )
     p.add_argument("--config", help="scheduler settings file (actions, placement, topologies)")
-    p.add_argument("--install-crds", action="store_true", help="create or update kai-ray's CRDs first")
+    p.add_argument(
+        "--install-crds",
+        action="store_true",
+        help="create or update kai-ray's CRDs first, and KAI's default queues (default-queue under "
+        "default-parent-queue) when the cluster has no Queue yet",
+    )
     p.add_argument(
         "--in-ray",
         action="store_true",
@@ -58,7 +63,7 @@ def add_commands(subparsers: Any) -> None:
 
 def _operator(args: argparse.Namespace) -> int:
     from kai_ray.operators.client import Kube, load_kubeconfig
-    from kai_ray.operators.install import install_crds
+    from kai_ray.operators.install import install_crds, install_default_queues
     from kai_ray.operators.operator import Operator, OperatorOptions
 
     logging.basicConfig(
@@ -81,6 +86,7 @@ def _operator(args: argparse.Namespace) -> int:
         async with Kube(config) as kube:
             if args.install_crds:
                 await install_crds(kube)
+                await install_default_queues(kube, options.default_queue)
             operator = Operator(kube, options)
             logging.getLogger(__name__).info(
                 "kai-ray operator on %s, answering to schedulerName %s",
@@ -96,7 +102,7 @@ def _operator(args: argparse.Namespace) -> int:
 def _in_ray(args: argparse.Namespace, config: Any, options: Any) -> int:
     from kai_ray.api.cliutil import connect_ray
     from kai_ray.api.operator_actor import OPERATOR_ACTOR, find_or_start_operator
-    from kai_ray.operators.install import install_crds
+    from kai_ray.operators.install import install_crds, install_default_queues
 
     connect_ray(args.address)
     if args.install_crds:
@@ -105,6 +111,7 @@ def _in_ray(args: argparse.Namespace, config: Any, options: Any) -> int:
         async def crds() -> None:
             async with Kube(config) as kube:
                 await install_crds(kube)
+                await install_default_queues(kube, options.default_queue)
 
         asyncio.run(crds())
     _, started = find_or_start_operator(config, options)

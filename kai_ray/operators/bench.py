@@ -18,7 +18,7 @@ from typing import Any
 
 from kai_ray.operators.client import Kube, gather_limited, load_kubeconfig
 from kai_ray.operators.fakes import make_node
-from kai_ray.operators.install import install_crds
+from kai_ray.operators.install import install_crds, install_default_queues
 from kai_ray.operators.operator import Operator, OperatorOptions
 from kai_ray.operators.testserver import ApiServer
 
@@ -38,7 +38,7 @@ async def _bench(api: ApiServer, nodes: int, clusters: int, per: int, gang: int)
     async with Kube(load_kubeconfig(api.kubeconfig)) as kube:
         await install_crds(kube)
         await _ray_crd(kube)
-        await _default_queues(kube)
+        await install_default_queues(kube)
         await gather_limited([make_node(kube, f"node-{i:04d}", gpus=8) for i in range(nodes)], 32)
         raw = await _raw_binds(kube, clusters * per, nodes)
         await _make_clusters(kube, clusters, per, "rc")
@@ -81,17 +81,6 @@ async def _ray_crd(kube: Kube) -> None:
     for crd in yaml.safe_load_all(path.read_text()):
         await kube.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
     await asyncio.sleep(0.5)
-
-
-async def _default_queues(kube: Kube) -> None:
-    """KAI's defaults: `default-queue` under `default-parent-queue`, the whole cluster each."""
-    whole = {r: {"quota": -1, "limit": -1, "overQuotaWeight": 1} for r in ("gpu", "cpu", "memory")}
-    for name, parent in (("default-parent-queue", None), ("default-queue", "default-parent-queue")):
-        spec: dict[str, Any] = {"resources": whole, **({"parentQueue": parent} if parent else {})}
-        await kube.create(
-            "/apis/kai-ray.io/v2/queues",
-            {"apiVersion": "kai-ray.io/v2", "kind": "Queue", "metadata": {"name": name}, "spec": spec},
-        )
 
 
 def _pod(

@@ -9,7 +9,7 @@ import yaml
 
 from kai_ray.operators.client import ApiError, Kube
 
-__all__ = ["CRD_DIR", "install_crds"]
+__all__ = ["CRD_DIR", "install_crds", "install_default_queues"]
 
 CRD_DIR = Path(__file__).with_name("crds")
 
@@ -41,3 +41,29 @@ async def _wait_established(kube: Kube, path: str, timeout: float = 10.0) -> Non
             return
         await asyncio.sleep(0.05)
     raise TimeoutError(f"CRD {path.rsplit('/', 1)[-1]} not established after {timeout:g}s")
+
+
+async def install_default_queues(kube: Kube, default_queue: str = "default-queue") -> list[str]:
+    """When the cluster has no kai-ray Queue at all: KAI's defaults, `default-queue` (the
+    queue of pods without a queue label) under `default-parent-queue`, each allowed the
+    whole cluster. Returns the names created (none when any Queue exists)."""
+    path = "/apis/kai-ray.io/v2/queues"
+    if (await kube.get(path)).get("items"):
+        return []
+    whole = {r: {"quota": -1, "limit": -1, "overQuotaWeight": 1} for r in ("gpu", "cpu", "memory")}
+    parent = "default-parent-queue"
+    made = []
+    for name, spec in ((parent, {}), (default_queue, {"parentQueue": parent})):
+        body = {
+            "apiVersion": "kai-ray.io/v2",
+            "kind": "Queue",
+            "metadata": {"name": name},
+            "spec": {"resources": whole, **spec},
+        }
+        try:
+            await kube.create(path, body)
+            made.append(name)
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+    return made

@@ -282,3 +282,34 @@ def _spec(*groups: dict) -> dict:
 
 def _all_events(k8s: K8sEnv) -> list[dict]:
     return k8s.get(f"/api/v1/namespaces/{NS}/events")["items"]
+
+
+def test_a_plain_pod_without_a_queue_label_runs_in_the_default_queue(k8s: K8sEnv) -> None:
+    k8s.node("n0", gpus=1)
+    k8s.start_fakes(kuberay=False)
+    k8s.start_operator("--install-crds")  # on a cluster without queues: KAI's defaults
+    k8s.create(
+        f"/api/v1/namespaces/{NS}/pods",
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "plain"},
+            "spec": {
+                "schedulerName": "kai-ray",
+                "containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+            },
+        },
+    )
+    k8s.wait_for("the plain pod running", lambda: running(k8s.pods()))
+    queues = {q["metadata"]["name"]: q for q in k8s.get("/apis/kai-ray.io/v2/queues")["items"]}
+    assert queues["default-queue"]["spec"]["parentQueue"] == "default-parent-queue"
+    k8s.wait_for(
+        "default-queue's allocation",
+        lambda: (
+            k8s.get("/apis/kai-ray.io/v2/queues/default-queue")
+            .get("status", {})
+            .get("allocated", {})
+            .get("gpu")
+            == 1
+        ),
+    )
