@@ -71,11 +71,19 @@ class K8sEnv:
             self.kuberay = KubeRayStandIn(self.kube)
             self._fakes.append(asyncio.run_coroutine_threadsafe(self.kuberay.run(), self.loop))
 
-    def start_operator(self, *args: str) -> None:
+    def start_operator(self, *args: str, kubeconfig: str | None = None) -> None:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         log = open(self.operator_log, "ab")  # noqa: SIM115 - the process keeps it
         self.operator = subprocess.Popen(
-            [sys.executable, "-m", "kai_ray.cli", "operator", "--kubeconfig", self.api.kubeconfig, *args],
+            [
+                sys.executable,
+                "-m",
+                "kai_ray.cli",
+                "operator",
+                "--kubeconfig",
+                kubeconfig or self.api.kubeconfig,
+                *args,
+            ],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=env,

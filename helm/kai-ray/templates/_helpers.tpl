@@ -1,0 +1,28 @@
+{{- define "kai-ray.name" -}}{{ .Release.Name }}{{- end -}}
+
+{{- define "kai-ray.labels" -}}
+app.kubernetes.io/name: kai-ray
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
+{{- end -}}
+
+{{- define "kai-ray.selector" -}}
+app.kubernetes.io/name: kai-ray
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "kai-ray.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{/* The head container: a Ray head, then the operator inside it as a Ray actor. */}}
+{{- define "kai-ray.command" -}}
+- bash
+- -c
+- |
+  ray start --head --dashboard-host=0.0.0.0 --metrics-export-port={{ .Values.metrics.port }} --disable-usage-stats &&
+  kai-ray operator --in-ray --default-queue {{ .Values.defaultQueue }}{{ range .Values.schedulerNames }} --scheduler-name {{ . }}{{ end }} &&
+  exec sleep infinity
+{{- end -}}

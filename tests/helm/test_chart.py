@@ -1,0 +1,113 @@
+"""The Helm chart (helm/kai-ray): lint and render with several value sets, then install
+into a real API server in RBAC mode, schedule with the chart's own ServiceAccount, check
+it may do what it needs and nothing more, and uninstall."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.helm.tools import tools
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "helm" / "kai-ray"
+
+
+@pytest.fixture(scope="module")
+def helm_kubectl() -> tuple[str, str]:
+    return tools()
+
+
+def render(helm: str, *sets: str) -> list[dict[str, Any]]:
+    argv = [helm, "template", "kai-ray", str(CHART), "--namespace", "kai-ray"]
+    for s in sets:
+        argv += ["--set", s]
+    done = subprocess.run(argv, capture_output=True, text=True, check=True)
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def kinds(docs: list[dict[str, Any]]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for d in docs:
+        out.setdefault(d["kind"], []).append(d["metadata"]["name"])
+    return out
+
+
+def test_the_chart_lints(helm_kubectl: tuple[str, str]) -> None:
+    done = subprocess.run([helm_kubectl[0], "lint", str(CHART)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_crd_is_the_operators_own() -> None:
+    ours = (REPO / "kai_ray" / "operators" / "crds" / "queues.kai-ray.io.yaml").read_text()
+    assert (CHART / "crds" / "queues.kai-ray.io.yaml").read_text() == ours
+
+
+@pytest.mark.parametrize(
+    ("sets", "expect"),
+    [
+        pytest.param(
+            (), {"Deployment": ["kai-ray"], "Queue": ["default-parent-queue", "default-queue"]}, id="defaults"
+        ),
+        pytest.param(("controller.mode=kuberay",), {"RayCluster": ["kai-ray"]}, id="kuberay"),
+        pytest.param(
+            ("defaultQueues.create=false", "priorityClasses.create=false"), {}, id="no-queues-no-classes"
+        ),
+        pytest.param(("dashboard.service.enabled=false",), {}, id="no-service"),
+    ],
+)
+def test_rendered_objects(
+    helm_kubectl: tuple[str, str], sets: tuple[str, ...], expect: dict[str, list[str]]
+) -> None:
+    docs = kinds(render(helm_kubectl[0], *sets))
+    for kind, names in expect.items():
+        assert sorted(docs.get(kind, [])) == sorted(names), (kind, docs)
+    assert docs["ClusterRole"] == ["kai-ray"] and docs["ServiceAccount"] == ["kai-ray"]
+    assert ("Deployment" in docs) != ("RayCluster" in docs)
+    if "defaultQueues.create=false" in sets:
+        assert "Queue" not in docs and "PriorityClass" not in docs
+    else:
+        assert sorted(docs["PriorityClass"]) == ["build", "build-preemptible", "inference", "train"]
+    assert ("Service" in docs) is ("dashboard.service.enabled=false" not in sets)
+
+
+def test_values_reach_the_operator(helm_kubectl: tuple[str, str]) -> None:
+    docs = render(helm_kubectl[0], "schedulerNames={only-me}", "defaultQueue=ml", "metrics.port=9100")
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    script = deployment["spec"]["template"]["spec"]["containers"][0]["command"][2]
+    assert "--scheduler-name only-me" in script and "kai-scheduler" not in script
+    assert "--default-queue ml" in script and "--metrics-export-port=9100" in script
+    (child,) = [d for d in docs if d["kind"] == "Queue" and d["metadata"]["name"] == "ml"]
+    assert child["spec"]["parentQueue"] == "default-parent-queue"
+    classes = {d["metadata"]["name"]: d["value"] for d in docs if d["kind"] == "PriorityClass"}
+    assert classes == {"train": 50, "build-preemptible": 75, "build": 100, "inference": 125}
+
+
+def test_a_bad_controller_mode_is_refused_by_name(helm_kubectl: tuple[str, str]) -> None:
+    done = subprocess.run(
+        [helm_kubectl[0], "template", "x", str(CHART), "--set", "controller.mode=vm"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode != 0 and 'controller.mode is "vm": use deployment or kuberay' in done.stderr
+
+
+def test_least_privilege(helm_kubectl: tuple[str, str]) -> None:
+    (role,) = [d for d in render(helm_kubectl[0]) if d["kind"] == "ClusterRole"]
+    for rule in role["rules"]:
+        assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"], (
+            rule
+        )
+        assert "secrets" not in rule["resources"], rule
+    verbs = {
+        (g, r): set(rule["verbs"])
+        for rule in role["rules"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+    }
+    assert verbs[("", "pods/binding")] == {"create"} and verbs[("", "pods/eviction")] == {"create"}
+    assert "delete" not in verbs[("", "pods")] and "create" not in verbs[("", "pods")]
