@@ -51,6 +51,18 @@ def add_commands(subparsers: Any) -> None:
         "default-parent-queue) when the cluster has no Queue yet",
     )
     p.add_argument(
+        "--gpu-sharing",
+        metavar="IMAGE",
+        help="share GPUs (gpu-fraction / gpu-memory pods): hold each shared device with a "
+        "reservation pod running IMAGE (kai-ray's) in the namespace kai-ray-reservation",
+    )
+    p.add_argument(
+        "--webhook",
+        nargs=3,
+        metavar=("PORT", "CERT", "KEY"),
+        help="serve the GPU-sharing mutating webhook over HTTPS on PORT with this certificate and key",
+    )
+    p.add_argument(
         "--in-ray",
         action="store_true",
         help="run inside the Ray cluster (RAY_ADDRESS, or --address) as the detached actor "
@@ -70,9 +82,14 @@ def _operator(args: argparse.Namespace) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    from kai_ray.operators.devices import SharingOptions
+
+    names = tuple(args.scheduler_names or DEFAULT_SCHEDULER_NAMES)
     options = OperatorOptions(
-        scheduler_names=tuple(args.scheduler_names or DEFAULT_SCHEDULER_NAMES),
+        scheduler_names=names,
         default_queue=args.default_queue,
+        sharing=SharingOptions(args.gpu_sharing, names[0]) if args.gpu_sharing else None,
+        webhook=(int(args.webhook[0]), args.webhook[1], args.webhook[2]) if args.webhook else None,
     )
     if args.config:
         from kai_ray.config.scheduler import load_scheduler_config

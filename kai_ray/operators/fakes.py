@@ -17,6 +17,7 @@ from typing import Any
 
 from kai_ray.operators.client import ApiError, Kube
 from kai_ray.operators.informer import Informer
+from kai_ray.operators.sharing import DEVICE_ANNOTATION, RESERVATION_LABEL
 
 __all__ = ["FakeKubelet", "KubeRayStandIn", "make_node"]
 
@@ -112,6 +113,12 @@ class FakeKubelet:
                 log.warning("fake kubelet: %s", outcome)
 
     async def _run(self, meta: dict[str, Any]) -> None:
+        reservation = (meta.get("labels") or {}).get(RESERVATION_LABEL)
+        if reservation:  # what its container does once the device plugin gave it a GPU
+            await self.kube.patch(
+                f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
+                {"metadata": {"annotations": {DEVICE_ANNOTATION: f"GPU-fake-{reservation}"}}},
+            )
         await self.kube.patch(
             f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/status",
             {

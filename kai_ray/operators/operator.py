@@ -26,10 +26,13 @@ from kai_ray.control.planner import JobPlan, plan_cycle
 from kai_ray.core import CycleResult, Evict, SchedulerConfig, run_cycle
 from kai_ray.operators import DEFAULT_SCHEDULER_NAMES
 from kai_ray.operators.client import ApiError, Kube, gather_limited
+from kai_ray.operators.devices import DeviceSharing, SharingOptions
 from kai_ray.operators.gangs import Gang, build_gangs
 from kai_ray.operators.informer import Informer
 from kai_ray.operators.queues import KAI_RAY_QUEUE_API, read_queues
 from kai_ray.operators.report import Reporter
+from kai_ray.operators.sharing import idle_reservations, is_reservation
+from kai_ray.operators.webhook import start_webhook
 from kai_ray.operators.world import GPU_GROUP_ANNOTATION, SUBMITTER_TASK, World, build_world
 
 __all__ = ["Operator", "OperatorOptions"]
@@ -53,6 +56,8 @@ class OperatorOptions:
     in_flight: int = 32  # concurrent requests when binding or evicting
     tick: float = 1.0  # seconds between cycles when nothing changes (timers, min runtimes)
     settle: float = 0.02  # seconds to let a burst of watch events arrive before a cycle
+    sharing: SharingOptions | None = None  # GPU sharing on: reservation pods and ConfigMaps
+    webhook: tuple[int, str, str] | None = None  # (port, cert file, key file) of the webhook
 
 
 @dataclass(slots=True)
@@ -80,6 +85,9 @@ class Operator:
         self.last: tuple[World, CycleResult] | None = None
         self.queue_set = read_queues([])
         self._direct: list[tuple[str, str, str]] = []
+        sharing = self.options.sharing
+        self.sharing = None if sharing is None else DeviceSharing(kube, sharing)
+        self._webhook: Any = None
         self._tasks: list[asyncio.Task[None]] = []
 
     def _informer(self, path: str, *, optional: bool = False) -> Informer:
@@ -96,6 +104,11 @@ class Operator:
         await asyncio.gather(*(i.synced.wait() for i in self.informers()))
 
     async def run(self) -> None:
+        if self.options.webhook is not None:
+            port, cert, key = self.options.webhook
+            self._webhook = await start_webhook(port, cert, key, self.options.scheduler_names)
+        if self.sharing is not None:
+            await self.sharing.ensure_namespace()
         await self.start()
         try:
             while True:
@@ -113,6 +126,9 @@ class Operator:
             await self.stop()
 
     async def stop(self) -> None:
+        if self._webhook is not None:
+            await self._webhook.cleanup()
+            self._webhook = None
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -131,8 +147,10 @@ class Operator:
         classes = {
             o["metadata"]["name"]: int(o.get("value", 0)) for o in self.priority_classes.items.values()
         }
+        pods = [p for p in self.pods.items.values() if not is_reservation(p)]
+        idle = idle_reservations(self.pods.items.values(), {u: n for u, (n, _) in self.assumed.items()})
         gangs = build_gangs(
-            self.pods.items.values(),
+            pods,
             owners,
             classes,
             scheduler_names=names,
@@ -144,12 +162,13 @@ class Operator:
         self.queue_set = queue_set
         return build_world(
             self.nodes.items.values(),
-            self.pods.items.values(),
+            pods,
             gangs,
             queue_set.queues,
             scheduler_names=names,
             assumed={uid: node for uid, (node, _) in self.assumed.items()},
             placeholders=self.placeholders,
+            idle_holders=idle,
         )
 
     async def cycle(self) -> CycleResult:
@@ -165,6 +184,8 @@ class Operator:
         await self._bind(world, binds, now)
         self.last = (world, result)
         await self.reporter.report(world, result, plan, self.queue_set)
+        if self.sharing is not None:
+            await self.sharing.reconcile(world, self.pods.items.values())
         self.stats.cycles += 1
         self.stats.last_cycle_s = time.monotonic() - started
         return result
@@ -187,6 +208,8 @@ class Operator:
     async def _bind_pod(self, pod: dict[str, Any], node: str, gpu_group: int | None, now: float) -> None:
         meta = pod["metadata"]
         ns, name, uid = meta["namespace"], meta["name"], meta.get("uid", "")
+        if gpu_group is not None and self.sharing is not None:
+            await self.sharing.reserve(node, gpu_group)  # the whole device held, before any share
         if gpu_group is not None:  # the device goes with the pod, for the next cycle and a restart
             await self.kube.patch(
                 f"/api/v1/namespaces/{ns}/pods/{name}",

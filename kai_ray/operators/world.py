@@ -20,6 +20,7 @@ from typing import Any
 from kai_ray.core import ClusterSnapshot, JobInfo, NodeInfo, QueueInfo, Request, TaskInfo, TaskStatus
 from kai_ray.core.quantity import parse_quantity
 from kai_ray.operators.gangs import Gang, pod_finished, pod_request, scheduled_by_us
+from kai_ray.operators.sharing import GPU_GROUP_ANNOTATION
 from kai_ray.operators.taints import blocking_taints, profile_label, tolerates, tolerations_of
 
 __all__ = [
@@ -34,7 +35,6 @@ __all__ = [
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"  # MiB per device, as GPU feature discovery labels it
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
-GPU_GROUP_ANNOTATION = "kai-ray.io/gpu-group"  # the device a fractional pod was given
 SUBMITTER_TASK = "~submitter"  # the task standing for a RayJob's submitter before its pod exists
 DEFAULT_GPU_MEMORY = 80 * 1024**3
 _NOT_EXTENDED = {"cpu", "memory", "pods", "ephemeral-storage", GPU_RESOURCE}
@@ -94,14 +94,20 @@ def build_world(
     scheduler_names: Iterable[str],
     assumed: Mapping[str, str],
     placeholders: Mapping[str, str],
+    idle_holders: Iterable[Mapping[str, Any]] = (),
 ) -> World:
     """`assumed`: pod uid -> node for bindings sent but not seen yet in the pods' cache;
-    `placeholders`: gang id -> node where its submitter's room is held."""
+    `placeholders`: gang id -> node where its submitter's room is held; `idle_holders`:
+    pods of ours that hold capacity for no task of the core (a GPU reservation whose
+    sharing pods are gone), counted as use outside until they are deleted."""
     names = frozenset(scheduler_names)
     gangs = list(gangs)
     usable = [g for g in gangs if not g.problem]
     problems = {g.id: g for g in gangs if g.problem}
-    outside = _outside_use(pods, names, problems.values(), assumed)
+    idle_holders = list(idle_holders)
+    counted = {p["metadata"].get("uid") for g in problems.values() for p in g.pods}
+    counted |= {p["metadata"].get("uid") for p in idle_holders}
+    outside = _outside_use([*pods, *idle_holders], names, counted, assumed)
     nodes = list(nodes)
     infos = [node_info(n, outside.get(n["metadata"]["name"])) for n in nodes]
     selectors = _toleration_labels(nodes, infos, usable)
@@ -184,18 +190,18 @@ def _started(pod: Mapping[str, Any]) -> float:
 def _outside_use(
     pods: Iterable[Mapping[str, Any]],
     names: frozenset[str],
-    problems: Iterable[Gang],
+    counted: set[Any],
     assumed: Mapping[str, str],
 ) -> dict[str, dict[str, float]]:
     """Per node, what bound pods that are not the core's tasks hold: other schedulers'
-    pods, and ours in gangs left out of the cycle for a problem (they still run)."""
-    left_out = {p["metadata"].get("uid") for g in problems for p in g.pods}
+    pods, and ours in `counted` (uids): gangs left out of the cycle for a problem (they
+    still run), reservations holding a device for no sharing pod."""
     use: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for pod in pods:
         node = pod.get("spec", {}).get("nodeName") or assumed.get(pod["metadata"].get("uid", ""))
         if not node or pod_finished(pod):
             continue
-        if scheduled_by_us(pod, names) and pod["metadata"].get("uid") not in left_out:
+        if scheduled_by_us(pod, names) and pod["metadata"].get("uid") not in counted:
             continue
         try:
             request = pod_request(pod)

@@ -111,3 +111,33 @@ def test_least_privilege(helm_kubectl: tuple[str, str]) -> None:
     }
     assert verbs[("", "pods/binding")] == {"create"} and verbs[("", "pods/eviction")] == {"create"}
     assert "delete" not in verbs[("", "pods")] and "create" not in verbs[("", "pods")]
+
+
+def test_gpu_sharing_renders_a_tls_webhook_and_only_what_it_needs(helm_kubectl: tuple[str, str]) -> None:
+    import base64
+
+    docs = render(helm_kubectl[0], "gpuSharing.enabled=true")
+    by_kind = kinds(docs)
+    assert by_kind["MutatingWebhookConfiguration"] == ["kai-ray-gpu-sharing"]
+    (hook,) = [d for d in docs if d["kind"] == "MutatingWebhookConfiguration"]
+    (webhook,) = hook["webhooks"]
+    assert webhook["clientConfig"]["service"] == {
+        "name": "kai-ray-webhook",
+        "namespace": "kai-ray",
+        "path": "/mutate",
+        "port": 443,
+    }
+    assert base64.b64decode(webhook["clientConfig"]["caBundle"]).startswith(b"-----BEGIN CERTIFICATE-----")
+    assert webhook["failurePolicy"] == "Ignore"
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["volumes"] == [{"name": "webhook-tls", "secret": {"secretName": "kai-ray-webhook-tls"}}]
+    script = pod["containers"][0]["command"][2]
+    assert "--gpu-sharing ghcr.io/kai-ray/kai-ray:0.1.0 --webhook 9443 /etc/kai-ray/webhook/tls.crt" in script
+    (role,) = [d for d in docs if d["kind"] == "ClusterRole"]
+    resources = {r for rule in role["rules"] for r in rule["resources"]}
+    assert "configmaps" in resources and "secrets" not in resources
+    (reservations,) = [d for d in docs if d["kind"] == "Role"]
+    assert reservations["metadata"]["namespace"] == "kai-ray-reservation"
+    default_role = next(d for d in render(helm_kubectl[0]) if d["kind"] == "ClusterRole")
+    assert "configmaps" not in {r for rule in default_role["rules"] for r in rule["resources"]}

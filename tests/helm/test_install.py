@@ -142,3 +142,59 @@ def test_install_schedule_with_its_account_and_uninstall(rbac_cluster: K8sEnv, t
     assert k8s.get(
         "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/queues.kai-ray.io"
     )  # kept, as Helm does
+
+
+def test_gpu_sharing_works_with_the_accounts_the_chart_gives(rbac_cluster: K8sEnv, tmp_path: Path) -> None:
+    """The operator, with the chart's ServiceAccount, holds a shared device with a
+    reservation pod and writes the sharing pod's ConfigMap: RBAC allows exactly that."""
+    k8s = rbac_cluster
+    helm, _ = tools()
+    k8s.create(
+        "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": RELEASE_NS}}
+    )
+    run(
+        helm,
+        "install",
+        "kai-ray",
+        str(CHART),
+        "--namespace",
+        RELEASE_NS,
+        "--kubeconfig",
+        k8s.api.kubeconfig,
+        "--set",
+        "gpuSharing.enabled=true",
+    )
+    sa = account_kubeconfig(k8s, tmp_path / "sa.kubeconfig")
+    k8s.node("n0", gpus=1)
+    k8s.start_fakes(kuberay=False)
+    k8s.start_operator("--gpu-sharing", "kai-ray:test", kubeconfig=sa)
+    # As the webhook leaves it (its Service has no endpoints on this server).
+    k8s.create(
+        f"/api/v1/namespaces/{NS}/pods",
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "half",
+                "annotations": {"gpu-fraction": "0.5", "kai-ray.io/gpu-share": "abc"},
+            },
+            "spec": {"schedulerName": "kai-ray", "containers": [{"name": "c", "image": "x"}]},
+        },
+    )
+    k8s.wait_for(
+        "the share's ConfigMap",
+        lambda: _exists(k8s, f"/api/v1/namespaces/{NS}/configmaps/kai-ray-gpu-share-abc"),
+    )
+    (reservation,) = k8s.pods(ns="kai-ray-reservation")
+    assert reservation["spec"]["nodeName"] == "n0"
+    assert "Forbidden" not in k8s.log_tail(200)
+
+
+def _exists(k8s: K8sEnv, path: str) -> bool:
+    from kai_ray.operators.client import ApiError
+
+    try:
+        k8s.get(path)
+    except ApiError:
+        return False
+    return True

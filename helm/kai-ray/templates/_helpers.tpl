@@ -23,6 +23,12 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - -c
 - |
   ray start --head --dashboard-host=0.0.0.0 --metrics-export-port={{ .Values.metrics.port }} --disable-usage-stats &&
-  kai-ray operator --in-ray --default-queue {{ .Values.defaultQueue }}{{ range .Values.schedulerNames }} --scheduler-name {{ . }}{{ end }} &&
+  kai-ray operator --in-ray {{ include "kai-ray.operatorArgs" . }} &&
   exec sleep infinity
+{{- end -}}
+
+
+{{- define "kai-ray.operatorArgs" -}}
+--default-queue {{ .Values.defaultQueue }}{{ range .Values.schedulerNames }} --scheduler-name {{ . }}{{ end }}
+{{- if .Values.gpuSharing.enabled }} --gpu-sharing {{ include "kai-ray.image" . }} --webhook {{ .Values.gpuSharing.webhookPort }} /etc/kai-ray/webhook/tls.crt /etc/kai-ray/webhook/tls.key{{ end }}
 {{- end -}}
