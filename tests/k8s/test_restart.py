@@ -40,53 +40,37 @@ def _make_gangs(k8s: K8sEnv) -> None:
             ],
             16,
         )
-        pods = []
-        for rc in clusters:
-            name, uid = rc["metadata"]["name"], rc["metadata"]["uid"]
-            for j in range(PODS_PER_GANG):
-                pods.append(
-                    {
-                        "apiVersion": "v1",
-                        "kind": "Pod",
-                        "metadata": {
-                            "name": f"{name}-{j}",
-                            "namespace": NS,
-                            "labels": {
-                                "ray.io/cluster": name,
-                                "ray.io/group": "headgroup" if j == 0 else "w",
-                                "ray.io/node-type": "head" if j == 0 else "worker",
-                            },
-                            "ownerReferences": [
-                                {
-                                    "apiVersion": "ray.io/v1",
-                                    "kind": "RayCluster",
-                                    "name": name,
-                                    "uid": uid,
-                                    "controller": True,
-                                }
-                            ],
-                        },
-                        "spec": {
-                            "schedulerName": "kai-scheduler",
-                            "containers": [
-                                {
-                                    "name": "ray",
-                                    "image": "ray",
-                                    "resources": {
-                                        "requests": {"cpu": "1", "nvidia.com/gpu": "1"},
-                                        "limits": {"nvidia.com/gpu": "1"},
-                                    },
-                                }
-                            ],
-                        },
-                    }
-                )
+        pods = [
+            _gang_pod(rc["metadata"]["name"], rc["metadata"]["uid"], j)
+            for rc in clusters
+            for j in range(PODS_PER_GANG)
+        ]
         results = await gather_limited(
             [k8s.kube.create(f"/api/v1/namespaces/{NS}/pods", p) for p in pods], 32
         )
         assert not [r for r in results if isinstance(r, BaseException)]
 
     k8s.run(make(), timeout=120)
+
+
+def _gang_pod(cluster: str, uid: str, j: int) -> dict[str, Any]:
+    """Pod j of a RayCluster's gang (0: the head), one GPU each, made as KubeRay makes them."""
+    owner = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": cluster, "uid": uid, "controller": True}
+    labels = {
+        "ray.io/cluster": cluster,
+        "ray.io/group": "headgroup" if j == 0 else "w",
+        "ray.io/node-type": "head" if j == 0 else "worker",
+    }
+    gpu = {"requests": {"cpu": "1", "nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"{cluster}-{j}", "namespace": NS, "labels": labels, "ownerReferences": [owner]},
+        "spec": {
+            "schedulerName": "kai-scheduler",
+            "containers": [{"name": "ray", "image": "ray", "resources": gpu}],
+        },
+    }
 
 
 def _by_gang(pods: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -154,44 +138,8 @@ def test_a_partly_bound_gang_that_no_longer_fits_is_evicted_whole(k8s: K8sEnv, t
             "spec": {"headGroupSpec": {}, "workerGroupSpecs": [{"groupName": "w", "replicas": 3}]},
         },
     )
-    owner = {
-        "apiVersion": "ray.io/v1",
-        "kind": "RayCluster",
-        "name": "half",
-        "uid": rc["metadata"]["uid"],
-        "controller": True,
-    }
     for j in range(4):
-        k8s.create(
-            f"/api/v1/namespaces/{NS}/pods",
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {
-                    "name": f"half-{j}",
-                    "namespace": NS,
-                    "ownerReferences": [owner],
-                    "labels": {
-                        "ray.io/cluster": "half",
-                        "ray.io/group": "headgroup" if j == 0 else "w",
-                        "ray.io/node-type": "head" if j == 0 else "worker",
-                    },
-                },
-                "spec": {
-                    "schedulerName": "kai-scheduler",
-                    "containers": [
-                        {
-                            "name": "ray",
-                            "image": "ray",
-                            "resources": {
-                                "requests": {"nvidia.com/gpu": "1"},
-                                "limits": {"nvidia.com/gpu": "1"},
-                            },
-                        }
-                    ],
-                },
-            },
-        )
+        k8s.create(f"/api/v1/namespaces/{NS}/pods", _gang_pod("half", rc["metadata"]["uid"], j))
     for j in range(2):  # the operator died after binding two of the four
         k8s.run(k8s.kube.bind(NS, f"half-{j}", "n0"))
     k8s.create(
