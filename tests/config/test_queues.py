@@ -253,3 +253,11 @@ def test_a_file_without_queues_is_refused(tmp_path: Path, text: str) -> None:
     with pytest.raises(ConfigError, match=r"q\.yaml: holds no queues; list at least one") as caught:
         load_queues(path)
     assert "kai-ray queue delete NAME" in str(caught.value)
+
+
+def test_kai_ray_v2_documents_are_kais_shape_and_units() -> None:
+    """kai-ray's Queue CRD on Kubernetes: a KAI Queue with its apiVersion changed."""
+    spec = {"parentQueue": "p", "resources": {"cpu": {"quota": 1500}, "memory": {"quota": 2000}}}
+    ours = one([{**kai("q", **spec), "apiVersion": "kai-ray.io/v2"}])
+    assert ours == one([kai("q", **spec)])
+    assert ours.quota[1:] == (1.5, 2000 * 1e6)
