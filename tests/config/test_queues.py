@@ -257,7 +257,7 @@ def test_a_file_without_queues_is_refused(tmp_path: Path, text: str) -> None:
 
 def test_kai_ray_v2_documents_are_kais_shape_and_units() -> None:
     """kai-ray's Queue CRD on Kubernetes: a KAI Queue with its apiVersion changed."""
-    spec = {"parentQueue": "p", "resources": {"cpu": {"quota": 1500}, "memory": {"quota": 2000}}}
+    spec = {"priority": 120, "resources": {"cpu": {"quota": 1500}, "memory": {"quota": 2000}}}
     ours = one([{**kai("q", **spec), "apiVersion": "kai-ray.io/v2"}])
     assert ours == one([kai("q", **spec)])
     assert ours.quota[1:] == (1.5, 2000 * 1e6)
