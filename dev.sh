@@ -26,6 +26,19 @@ ensure_venv() {
   "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
 }
 
+# The web UI tests drive a real headless Chromium: Debian's package (Playwright's own
+# browser download does not work on these machines). Installed once, when missing.
+ensure_chromium() {
+  command -v chromium >/dev/null && return 0
+  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1 ||
+      { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+  else
+    echo "dev.sh: install Debian's chromium (apt-get install chromium) for the web UI tests" >&2
+    exit 1
+  fi
+}
+
 case "${1:-}" in
   demo)
     ensure_venv
@@ -39,11 +52,13 @@ case "${1:-}" in
     shift
     echo "== ruff";          "$VENV/bin/ruff" check kai_ray tests
     echo "== ruff format";   "$VENV/bin/ruff" format --check -q kai_ray tests
-    echo "== mypy (strict on kai_ray/core, kai_ray/control, kai_ray/operators)"; "$VENV/bin/mypy" kai_ray/core kai_ray/control kai_ray/operators
+    echo "== mypy (strict on kai_ray/core, kai_ray/control, kai_ray/operators, kai_ray/dashboard)"
+    "$VENV/bin/mypy" kai_ray/core kai_ray/control kai_ray/operators kai_ray/dashboard
     echo "== import contracts"; "$VENV/bin/lint-imports"
     # The Kubernetes tests run a real kube-apiserver: built from Debian's source once per
     # machine (about 15 minutes on 2 cores), then cached under ~/.cache/kai-ray.
     echo "== kube-apiserver"; bash kai_ray/operators/build-kube-apiserver.sh
+    echo "== chromium"; ensure_chromium
     echo "== pytest"
     exec "$VENV/bin/pytest" "$@"
     ;;

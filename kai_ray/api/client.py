@@ -32,6 +32,9 @@ START_HINT = (
 )
 
 
+_dashboard_said = False
+
+
 class SchedulerNotRunning(RuntimeError):
     """No kai-ray scheduler runs on the Ray cluster (or no Ray cluster was found)."""
 
@@ -62,7 +65,24 @@ def init(
         change = _current.apply_queues(infos)
         if change["added"] or change["updated"]:
             _say(f"kai-ray: queues of the running scheduler: {change['summary']}")
+    _say_dashboard(_current)
     return _current
+
+
+def _say_dashboard(sched: Scheduler) -> None:
+    """The dashboard's URL, once per process (a driver calling init() again is not
+    told twice)."""
+    global _dashboard_said
+    if _dashboard_said:
+        return
+    try:
+        url = sched.dashboard().get("url")
+    except Exception as exc:  # an older scheduler without a dashboard: nothing to say
+        log.debug("dashboard: %s", exc)
+        return
+    if url:
+        _dashboard_said = True
+        _say(f"kai-ray: dashboard at {url} (`kai-ray dashboard` prints it again)")
 
 
 def get_scheduler() -> Scheduler:

@@ -6,8 +6,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 from typing import Any
 
+from kai_ray.api.dashboardcommands import TOKEN_ENV
+from kai_ray.dashboard.server import DEFAULT_PORT
 from kai_ray.operators import DEFAULT_SCHEDULER_NAMES
 
 __all__ = ["add_commands"]
@@ -69,8 +72,41 @@ def add_commands(subparsers: Any) -> None:
         "kai-ray-operator: start it, or find the one running, and return",
     )
     p.add_argument("--address", help="with --in-ray: the Ray cluster's address (default: auto)")
+    p.add_argument(
+        "--dashboard",
+        metavar="[HOST:]PORT",
+        default=f"127.0.0.1:{DEFAULT_PORT}",
+        help=f"serve the dashboard there (default 127.0.0.1:{DEFAULT_PORT}; another host needs "
+        "--dashboard-token); 'off' for none",
+    )
+    p.add_argument(
+        "--dashboard-token", help=f"the token dashboard requests must carry (default ${TOKEN_ENV})"
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="log every cycle")
     p.set_defaults(func=_operator)
+
+
+def dashboard_option(value: str, token: str | None) -> tuple[str, int, str | None] | None:
+    """--dashboard [HOST:]PORT (or off) -> (host, port, token); ConfigError naming the fix."""
+    from kai_ray.config.errors import ConfigError
+    from kai_ray.dashboard import DashboardAccessError, access_for
+
+    if value == "off":
+        return None
+    host, _, port = value.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    try:
+        number = int(port)
+    except ValueError:
+        raise ConfigError(
+            f"--dashboard {value!r}: give [HOST:]PORT, e.g. 0.0.0.0:{DEFAULT_PORT}, or off"
+        ) from None
+    token = token or os.environ.get(TOKEN_ENV) or None
+    try:
+        access_for(host, token, flags=("--dashboard", "--dashboard-token"), on_ray=False)
+    except DashboardAccessError as exc:
+        raise ConfigError(str(exc)) from None
+    return host, number, token
 
 
 def _operator(args: argparse.Namespace) -> int:
@@ -90,6 +126,7 @@ def _operator(args: argparse.Namespace) -> int:
         default_queue=args.default_queue,
         sharing=SharingOptions(args.gpu_sharing, names[0]) if args.gpu_sharing else None,
         webhook=(int(args.webhook[0]), args.webhook[1], args.webhook[2]) if args.webhook else None,
+        dashboard=dashboard_option(args.dashboard, args.dashboard_token),
     )
     if args.config:
         from kai_ray.config.scheduler import load_scheduler_config

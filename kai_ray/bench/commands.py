@@ -48,11 +48,33 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     k8s.add_argument("--json", action="store_true")
     k8s.set_defaults(func=_run_k8s)
 
+    dash = kinds.add_parser(
+        "dashboard",
+        help="each dashboard page's time to show in headless Chromium, on many queues and workloads",
+    )
+    dash.add_argument("--queues", type=int, default=1000)
+    dash.add_argument("--workloads", type=int, default=10_000)
+    dash.add_argument("--nodes", type=int, default=1250, help="nodes of 8 GPUs")
+    dash.add_argument("--rounds", type=int, default=3, help="page loads per page (the median is reported)")
+    dash.add_argument("--screenshots", default=None, help="folder to keep a screenshot of each page in")
+    dash.add_argument("--json", action="store_true")
+    dash.set_defaults(func=_run_dashboard)
+
 
 def _run_k8s(args: argparse.Namespace) -> int:
     from kai_ray.operators.bench import run_k8s_bench
 
     result = run_k8s_bench(args.nodes, args.clusters, args.pods_per_cluster, args.gang)
+    return _print(result, args.json)
+
+
+def _run_dashboard(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from kai_ray.bench.dashboard import run_dashboard_bench
+
+    shots = Path(args.screenshots) if args.screenshots else None
+    result = run_dashboard_bench(args.queues, args.workloads, args.nodes, args.rounds, shots)
     return _print(result, args.json)
 
 

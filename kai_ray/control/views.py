@@ -9,9 +9,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from kai_ray.control.workload import HOLDING, SlotState, State, Workload
-from kai_ray.core import QueueInfo, QueueStatus
+from kai_ray.core import RESOURCES, QueueInfo, QueueStatus
 
-__all__ = ["queue_views", "worker_signature", "workload_view"]
+__all__ = ["queue_views", "share_standing", "worker_signature", "workload_view"]
+
+_EPS = 1e-6
 
 
 def workload_view(w: Workload, pos: tuple[int, int] | None) -> dict[str, Any]:
@@ -103,3 +105,22 @@ def queue_views(
             }
         )
     return rows
+
+
+def share_standing(status: QueueStatus | None) -> tuple[str, list[str]]:
+    """A queue against its fair share, for people: "over" when it holds more than its
+    fair share of some resource (the resources named: other queues may reclaim them, as
+    the core's reclaim rules read it), "under" when it asks for more of a resource than
+    it holds and holds less than its fair share of it (it may reclaim), else "at"."""
+    if status is None:
+        return "at", []
+    over = [
+        res for res, a, f in zip(RESOURCES, status.allocated, status.fair_share, strict=True) if a > f + _EPS
+    ]
+    if over:
+        return "over", over
+    under = any(
+        r > a + _EPS and a + _EPS < f
+        for a, f, r in zip(status.allocated, status.fair_share, status.requested, strict=True)
+    )
+    return ("under" if under else "at"), []

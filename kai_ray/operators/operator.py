@@ -22,9 +22,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kai_ray.control.planner import JobPlan, plan_cycle
+from kai_ray.control.planner import JobPlan, Plan, plan_cycle
 from kai_ray.core import CycleResult, Evict, SchedulerConfig, run_cycle
+from kai_ray.dashboard import DEFAULT_PORT, Board, DashboardServer, Feed, access_for
 from kai_ray.operators import DEFAULT_SCHEDULER_NAMES
+from kai_ray.operators.board import GangHistory, board_from_world
 from kai_ray.operators.client import ApiError, Kube, gather_limited
 from kai_ray.operators.devices import DeviceSharing, SharingOptions
 from kai_ray.operators.gangs import Gang, build_gangs
@@ -58,6 +60,9 @@ class OperatorOptions:
     settle: float = 0.02  # seconds to let a burst of watch events arrive before a cycle
     sharing: SharingOptions | None = None  # GPU sharing on: reservation pods and ConfigMaps
     webhook: tuple[int, str, str] | None = None  # (port, cert file, key file) of the webhook
+    # (host, port, token) of the dashboard; None: no dashboard. A host other than
+    # loopback needs a token.
+    dashboard: tuple[str, int, str | None] | None = ("127.0.0.1", DEFAULT_PORT, None)
 
 
 @dataclass(slots=True)
@@ -83,6 +88,10 @@ class Operator:
         self.reporter = Reporter(kube)
         self.stats = CycleStats()
         self.last: tuple[World, CycleResult] | None = None
+        self.last_plan: Plan | None = None
+        self.history = GangHistory()
+        self.feed = Feed(self._board)
+        self.dashboard: DashboardServer | None = None
         self.queue_set = read_queues([])
         self._direct: list[tuple[str, str, str]] = []
         sharing = self.options.sharing
@@ -103,7 +112,28 @@ class Operator:
         self._tasks = [asyncio.create_task(i.run()) for i in self.informers()]
         await asyncio.gather(*(i.synced.wait() for i in self.informers()))
 
+    async def start_dashboard(self) -> str | None:
+        """Serve the dashboard as the options say; its URL (None: no dashboard)."""
+        if self.options.dashboard is None or self.dashboard is not None:
+            return None if self.dashboard is None else self.dashboard.url
+        host, port, token = self.options.dashboard
+        server = DashboardServer(self.feed, access_for(host, token), host, port)
+        url = await server.start()
+        self.dashboard = server
+        log.info("kai-ray dashboard: %s", url)
+        return url
+
+    def _board(self) -> Board:
+        now = time.time()
+        if self.last is None or self.last_plan is None:
+            return Board(backend="kubernetes", at=now)
+        world, result = self.last
+        return board_from_world(
+            world, result, self.last_plan, self.queue_set, self.history, self.options.config.topologies, now
+        )
+
     async def run(self) -> None:
+        await self.start_dashboard()
         if self.options.webhook is not None:
             port, cert, key = self.options.webhook
             self._webhook = await start_webhook(port, cert, key, self.options.scheduler_names)
@@ -126,6 +156,9 @@ class Operator:
             await self.stop()
 
     async def stop(self) -> None:
+        if self.dashboard is not None:
+            await self.dashboard.stop()
+            self.dashboard = None
         if self._webhook is not None:
             await self._webhook.cleanup()
             self._webhook = None
@@ -182,7 +215,10 @@ class Operator:
         await self._evict(world, evictions)
         binds += [(job, task, node, None) for job, task, node in self._direct]
         await self._bind(world, binds, now)
-        self.last = (world, result)
+        self.last, self.last_plan = (world, result), plan
+        evicted = {job: e for job, e in evictions}
+        changed = self.history.observe(world.snapshot.jobs, result, evicted, now)
+        self.feed.cycled(now, result.queues, changed or bool(binds))
         await self.reporter.report(world, result, plan, self.queue_set)
         if self.sharing is not None:
             await self.sharing.reconcile(world, self.pods.items.values())

@@ -35,6 +35,7 @@ from kai_ray.control.snapshot import held_by_workloads
 from kai_ray.control.views import queue_views, worker_signature
 from kai_ray.core import Pipeline, QueueInfo, SchedulerConfig
 from kai_ray.ray.adapters import RayActuator, RayCluster
+from kai_ray.ray.dashboard import RayDashboard
 from kai_ray.ray.kvstore import KVStore
 from kai_ray.ray.translate import NODE_ID_LABEL, autoscaler_request, short_node_ids
 
@@ -122,6 +123,8 @@ class SchedulerActor:
         )
         self._waiters: dict[str, list[asyncio.Event]] = {}
         self._metrics: Any = None
+        self.dashboard = RayDashboard(self.engine)
+        self._dashboard_started: asyncio.Task[str] | None = None
         self._notify(self.engine.load())  # after a restart: state back, reconciled with Ray
         self.period_s = period_s
         self._wake: asyncio.Event | None = None
@@ -143,6 +146,7 @@ class SchedulerActor:
         if self._wake is None:
             self._wake = asyncio.Event()
             asyncio.get_running_loop().create_task(self._loop())
+            self._dashboard_started = asyncio.get_running_loop().create_task(self.dashboard.start())
         return True
 
     async def _loop(self) -> None:
@@ -197,6 +201,8 @@ class SchedulerActor:
             asyncio.get_running_loop().call_later(REUSE_DELAY_S, self._kick)
         if self._metrics is not None:
             self._metrics.record(self.engine.queue_status, self.engine.queues, self.engine.workloads.values())
+            self._metrics.cycle_time(time.time() - now)
+        self.dashboard.feed.cycled(now, self.engine.queue_status, bool(step.events))
 
     def _ask_autoscaler(self) -> None:
         """Tell Ray's autoscaler about gangs that wait for room, and only those: work
@@ -305,6 +311,8 @@ class SchedulerActor:
                 ev.set()
         if self._metrics is not None:
             self._metrics.count(events)
+        if events and hasattr(self, "dashboard"):
+            self.dashboard.feed.touch()
 
     # ------------------------------------------------------------ workloads
 
@@ -458,6 +466,27 @@ class SchedulerActor:
 
     async def ping(self) -> float:
         return time.time()
+
+    # ------------------------------------------------------------ the dashboard
+
+    async def dashboard_info(self) -> dict[str, Any]:
+        """Where the dashboard listens ({"url", "host", "port", "token_required"})."""
+        if self._dashboard_started is None:  # asked before the loop's start call arrived
+            await self.start()
+        assert self._dashboard_started is not None
+        with contextlib.suppress(Exception):
+            await self._dashboard_started
+        return self.dashboard.info()
+
+    async def serve_dashboard(self, host: str, port: int, token: str | None) -> dict[str, Any]:
+        """Listen on host:port instead (kept across restarts); {"error"} when refused,
+        the dashboard listening as before."""
+        await self.dashboard_info()
+        try:
+            await self.dashboard.listen(host, port, token)
+        except (ValueError, OSError) as exc:
+            return {"error": str(exc)}
+        return self.dashboard.info()
 
 
 def get_or_start_scheduler(

@@ -110,6 +110,18 @@ class Scheduler:
     def status(self) -> dict[str, Any]:
         return self._call("status")  # type: ignore[no-any-return]
 
+    def dashboard(self) -> dict[str, Any]:
+        """Where the scheduler's dashboard listens: {"url", "host", "port", "token_required"}."""
+        return self._call("dashboard_info")  # type: ignore[no-any-return]
+
+    def serve_dashboard(self, host: str, port: int, token: str | None = None) -> dict[str, Any]:
+        """Move the dashboard to host:port (a host other than loopback needs a token, or
+        Ray's token auth). Raises ValueError, the dashboard unchanged, when refused."""
+        answer: dict[str, Any] = self._call("serve_dashboard", host, port, token)
+        if "error" in answer:
+            raise ValueError(answer["error"])
+        return answer
+
     def apply_queues(self, queues: QueuesArg, prune: bool = False) -> dict[str, Any]:
         """Add or update queues, keeping the others (`prune`: remove those not given).
         Returns what changed ({"added", "updated", "unchanged", "removed", "kept",

@@ -4,6 +4,7 @@ it may do what it needs and nothing more, and uninstall."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -141,3 +142,22 @@ def test_gpu_sharing_renders_a_tls_webhook_and_only_what_it_needs(helm_kubectl: 
     assert reservations["metadata"]["namespace"] == "kai-ray-reservation"
     default_role = next(d for d in render(helm_kubectl[0]) if d["kind"] == "ClusterRole")
     assert "configmaps" not in {r for rule in default_role["rules"] for r in rule["resources"]}
+
+
+@pytest.mark.parametrize("mode", ["deployment", "kuberay"])
+def test_the_dashboard_listens_wide_only_behind_its_token(helm_kubectl: tuple[str, str], mode: str) -> None:
+    docs = render(helm_kubectl[0], f"controller.mode={mode}")
+    (secret,) = [
+        d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"] == "kai-ray-dashboard-token"
+    ]
+    assert len(secret["data"]["token"]) >= 40
+    (service,) = [d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == "kai-ray-dashboard"]
+    assert {p["name"]: p["targetPort"] for p in service["spec"]["ports"]}["kai-ray"] == 8267
+    text = json.dumps([d for d in docs if d["kind"] in ("Deployment", "RayCluster")])
+    assert "--dashboard 0.0.0.0:8267" in text
+    assert '"secretKeyRef": {"name": "kai-ray-dashboard-token", "key": "token"}' in text
+    hidden = render(helm_kubectl[0], f"controller.mode={mode}", "dashboard.service.enabled=false")
+    assert not [d for d in hidden if d["kind"] == "Secret" and "dashboard" in d["metadata"]["name"]]
+    assert "--dashboard 127.0.0.1:8267" in json.dumps(hidden) and "KAI_RAY_DASHBOARD_TOKEN" not in json.dumps(
+        hidden
+    )

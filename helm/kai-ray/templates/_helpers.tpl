@@ -30,5 +30,17 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 
 {{- define "kai-ray.operatorArgs" -}}
 --default-queue {{ .Values.defaultQueue }}{{ range .Values.schedulerNames }} --scheduler-name {{ . }}{{ end }}
+{{- if .Values.dashboard.service.enabled }} --dashboard 0.0.0.0:{{ .Values.dashboard.port }}{{ else }} --dashboard 127.0.0.1:{{ .Values.dashboard.port }}{{ end }}
 {{- if .Values.gpuSharing.enabled }} --gpu-sharing {{ include "kai-ray.image" . }} --webhook {{ .Values.gpuSharing.webhookPort }} /etc/kai-ray/webhook/tls.crt /etc/kai-ray/webhook/tls.key{{ end }}
+{{- end -}}
+
+
+{{/* The dashboard's token, from its Secret, where the Service exposes the dashboard. */}}
+{{- define "kai-ray.dashboardEnv" -}}
+{{- if .Values.dashboard.service.enabled }}
+env:
+  - name: KAI_RAY_DASHBOARD_TOKEN
+    valueFrom:
+      secretKeyRef: {name: {{ include "kai-ray.name" . }}-dashboard-token, key: token}
+{{- end }}
 {{- end -}}

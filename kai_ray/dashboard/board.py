@@ -1,0 +1,331 @@
+"""What the dashboard shows: one `Board` (queues, workloads, nodes) built from any
+backend's state, as the plain dicts the JSON API serves (docs/dashboard.md documents
+their fields; scripts depend on them, so fields are added, never renamed).
+
+A backend builds its Board from what it already keeps: the Ray scheduler from its
+Controller (`board_from_controller`), the Kubernetes operator from its last world and
+cycle (kai_ray.operators.board). The rules of what a row says (a queue's standing against
+its fair share, how shares of a device are laid out) live here once, for both.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kai_ray.control.snapshot import NODE_TOPOLOGY
+from kai_ray.control.views import share_standing
+from kai_ray.control.workload import HOLDING, State, Workload
+from kai_ray.core import RESOURCES, NodeInfo, QueueInfo, QueueStatus
+
+__all__ = [
+    "Board",
+    "Holding",
+    "board_from_controller",
+    "device_layout",
+    "grouping_levels",
+    "node_row",
+    "queue_rows",
+    "row",
+    "workload_row",
+]
+
+_EPS = 1e-6
+
+
+@dataclass(slots=True)
+class Board:
+    """Everything the pages show, at one moment (`at`, seconds since the epoch)."""
+
+    backend: str  # "ray" or "kubernetes"
+    at: float
+    queues: list[dict[str, Any]] = field(default_factory=list)
+    workloads: list[dict[str, Any]] = field(default_factory=list)
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+    levels: list[str] = field(default_factory=list)  # topology levels, outermost first
+
+    def summary(self) -> dict[str, Any]:
+        states: dict[str, int] = defaultdict(int)
+        for w in self.workloads:
+            states[w["state"]] += 1
+        gpus = sum(n["gpus"] for n in self.nodes)
+        used = sum(n["gpu_used"] for n in self.nodes)
+        outside = sum(n["gpu_outside"] for n in self.nodes)
+        return {
+            "backend": self.backend,
+            "at": self.at,
+            "queues": len(self.queues),
+            "workloads": dict(sorted(states.items())),
+            "nodes": len(self.nodes),
+            "gpus": gpus,
+            "gpus_used": round(used, 4),
+            "gpus_outside": round(outside, 4),
+            "over_share": sorted(q["name"] for q in self.queues if q["standing"] == "over"),
+        }
+
+
+# ---------------------------------------------------------------- queues
+
+
+def queue_rows(
+    queues: Sequence[QueueInfo],
+    status: Mapping[str, QueueStatus],
+    counts: Mapping[str, tuple[int, int]],
+) -> list[dict[str, Any]]:
+    """The queue tree, parents before their children (siblings in creation order), each
+    with its spec and last cycle's figures per resource. `counts`: leaf queue -> (pending,
+    running) workloads; a parent shows the sum over its subtree."""
+    children: dict[str | None, list[QueueInfo]] = defaultdict(list)
+    names = {q.name for q in queues}
+    for q in queues:
+        children[q.parent if q.parent in names else None].append(q)
+    rows: list[dict[str, Any]] = []
+
+    def visit(q: QueueInfo, depth: int) -> tuple[int, int]:
+        row = _queue_row(q, status.get(q.name), depth, [c.name for c in children[q.name]])
+        rows.append(row)
+        pending, running = counts.get(q.name, (0, 0))
+        for child in children[q.name]:
+            p, r = visit(child, depth + 1)
+            pending, running = pending + p, running + r
+        row["pending"], row["running"] = pending, running
+        return pending, running
+
+    for root in children[None]:
+        visit(root, 0)
+    return rows
+
+
+def _queue_row(q: QueueInfo, st: QueueStatus | None, depth: int, kids: list[str]) -> dict[str, Any]:
+    resources = {}
+    for i, res in enumerate(RESOURCES):
+        resources[res] = {
+            "quota": q.quota[i],
+            "limit": q.limit[i],
+            "over_quota_weight": q.over_quota_weight[i],
+            "deserved": st.deserved[i] if st else None,
+            "fair_share": st.fair_share[i] if st else None,
+            "allocated": st.allocated[i] if st else 0.0,
+            "requested": st.requested[i] if st else 0.0,
+        }
+    standing, over = share_standing(st)
+    return {
+        "name": q.name,
+        "parent": q.parent,
+        "depth": depth,
+        "children": kids,
+        "priority": q.priority,
+        "resources": resources,
+        "standing": standing,
+        "over": over,
+    }
+
+
+# ---------------------------------------------------------------- workloads
+
+
+def workload_row(w: Workload, pos: tuple[int, int] | None, now: float) -> dict[str, Any]:
+    """One workload as the Workloads page and `GET /api/v1/workloads` show it."""
+    spec = w.spec
+    per_worker = float(spec.resources_per_worker.get("GPU", 0.0))
+    return row(
+        id=w.id,
+        name=spec.name or w.id,
+        kind=spec.kind,
+        queue=spec.queue,
+        priority=spec.priority,
+        priority_class=spec.priority_class,
+        preemptible=spec.preemptible,
+        state=w.state.value,
+        reason=w.reason,
+        reason_code=w.reason_code if w.state is State.QUEUED else "",
+        position=pos,
+        created_at=w.created_at,
+        since=w.since,
+        waiting_s=max(0.0, now - w.queued_at) if w.state is State.QUEUED else None,
+        workers=len(w.slots),
+        min_workers=spec.gang,
+        max_workers=spec.workers,
+        gpus_per_worker=per_worker,
+        gpus=per_worker * len(w.slots) if w.state in HOLDING else 0.0,
+        nodes=sorted({s.node for s in w.slots.values()}),
+        preemptions=w.preemptions,
+        history=w.history,
+    )
+
+
+def row(
+    *,
+    position: tuple[int, int] | None,
+    history: Sequence[tuple[float, str, str, str]],
+    gpus: float,
+    **fields: Any,
+) -> dict[str, Any]:
+    """A workload row from any backend (one layout for the API): `position` is (place,
+    length of the line) while it waits; `history` (at, from, to, why) transitions."""
+    preempted = [h for h in history if h[2] == State.PREEMPTING.value]
+    return {
+        **fields,
+        "position": position[0] if position else None,
+        "queue_length": position[1] if position else None,
+        "gpus": round(gpus, 4),
+        "last_preemption": {"at": preempted[-1][0], "why": preempted[-1][3]} if preempted else None,
+        "history": [{"at": at, "from": old, "to": new, "why": why} for at, old, new, why in history],
+    }
+
+
+# ---------------------------------------------------------------- nodes
+
+
+@dataclass(frozen=True, slots=True)
+class Holding:
+    """One worker's share of a node's GPUs: `gpu` devices (a fraction below 1), on device
+    `device` when the backend knows it (Kubernetes' GPU sharing), else laid out."""
+
+    workload: str
+    queue: str
+    gpu: float
+    device: int | None = None
+
+
+def device_layout(gpus: int, holdings: Iterable[Holding], outside: float = 0.0) -> list[dict[str, Any]]:
+    """Each device of a node and who holds what of it. Devices a backend named are filled
+    first; whole-GPU holders then take the emptiest devices; fractions pack first-fit on
+    devices already shared (as Ray packs fractional GPUs before opening another device);
+    GPUs held outside the scheduler fill what is left, from the last device back."""
+    devices: list[dict[str, Any]] = [
+        {"index": i, "used": 0.0, "outside": 0.0, "shares": []} for i in range(gpus)
+    ]
+
+    def put(d: dict[str, Any], h: Holding, amount: float) -> None:
+        d["used"] = round(d["used"] + amount, 6)
+        d["shares"].append({"workload": h.workload, "queue": h.queue, "fraction": round(amount, 6)})
+
+    whole, fractions = [], []
+    for h in holdings:
+        if h.device is not None and 0 <= h.device < gpus:
+            put(devices[h.device], h, min(1.0, h.gpu))
+        elif h.gpu >= 1.0 - _EPS:
+            whole.append(h)
+        elif h.gpu > _EPS:
+            fractions.append(h)
+    for h in whole:
+        for _ in range(round(h.gpu)):
+            free = [d for d in devices if d["used"] <= _EPS]
+            if free:
+                put(free[0], h, 1.0)
+    for h in sorted(fractions, key=lambda h: -h.gpu):
+        fits = [d for d in devices if d["used"] + h.gpu <= 1.0 + _EPS]
+        shared = [d for d in fits if d["used"] > _EPS]
+        if fits:
+            put((shared or fits)[0], h, h.gpu)
+    left = outside
+    for d in reversed(devices):
+        take = min(left, max(0.0, 1.0 - d["used"]))
+        if take > _EPS:
+            d["outside"] = round(take, 6)
+            left -= take
+    return devices
+
+
+def node_row(
+    node: NodeInfo,
+    holdings: Sequence[Holding],
+    levels: Sequence[str],
+    held: Mapping[str, float],
+    display: Callable[[str], str] = lambda name: name,
+    hidden_labels: Iterable[str] = (),
+) -> dict[str, Any]:
+    """A node: size, what the scheduler's workloads (`held`, core resource names) and
+    other work hold, its place in the topology (`domain`, one value per level) and its
+    devices (device_layout)."""
+    outside = dict(node.used_outside)
+    hidden = set(hidden_labels)
+    row: dict[str, Any] = {
+        "id": node.name,
+        "name": display(node.name),
+        "labels": {k: v for k, v in node.labels.items() if k not in hidden},
+        "domain": [node.labels.get(level, "") for level in levels],
+        "gpu_model": node.gpu_model,
+        "unschedulable": node.unschedulable,
+        "gpus": node.gpus,
+        "cpu": node.cpu,
+        "memory": node.memory,
+    }
+    for res, total in (("gpu", float(node.gpus)), ("cpu", node.cpu), ("memory", node.memory)):
+        used, other = held.get(res, 0.0), outside.get(res, 0.0)
+        row[f"{res}_used"] = round(used, 4)
+        row[f"{res}_outside"] = round(other, 4)
+        row[f"{res}_free"] = round(max(0.0, total - used - other), 4)
+    row["devices"] = device_layout(node.gpus, holdings, outside.get("gpu", 0.0))
+    return row
+
+
+# ---------------------------------------------------------------- from the controller
+
+
+def board_from_controller(
+    ctl: Any,
+    now: float,
+    *,
+    backend: str = "ray",
+    display: Callable[[str], str] = lambda name: name,
+    hidden_labels: Iterable[str] = (),
+    text: Callable[[str], str] = lambda s: s,
+) -> Board:
+    """The Board of a kai_ray.control.Controller (typed Any: the dashboard reads only its
+    public tables). `text` rewrites reasons for people (Ray's long node ids shortened)."""
+    workloads: list[Workload] = list(ctl.workloads.values())
+    counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    holdings: dict[str, list[Holding]] = defaultdict(list)
+    held: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for w in workloads:
+        if w.state is State.QUEUED:
+            counts[w.spec.queue][0] += 1
+        elif w.state in HOLDING:
+            counts[w.spec.queue][1] += 1
+            _hold(w, ctl.nodes, holdings, held)
+    rows = [workload_row(w, ctl.positions.get(w.id), now) for w in workloads]
+    for row in rows:
+        row["reason"] = text(row["reason"])
+        for h in row["history"]:
+            h["why"] = text(h["why"])
+        if row["last_preemption"]:
+            row["last_preemption"]["why"] = text(row["last_preemption"]["why"])
+    levels = grouping_levels(ctl.config.topologies)
+    nodes = [
+        node_row(n, holdings.get(n.name, ()), levels, held.get(n.name, {}), display, hidden_labels)
+        for n in ctl.nodes.values()
+    ]
+    queues = queue_rows(ctl.queues, ctl.queue_status, {q: (c[0], c[1]) for q, c in counts.items()})
+    return Board(backend=backend, at=now, queues=queues, workloads=rows, nodes=nodes, levels=levels)
+
+
+def _hold(
+    w: Workload,
+    nodes: Mapping[str, NodeInfo],
+    holdings: dict[str, list[Holding]],
+    held: dict[str, dict[str, float]],
+) -> None:
+    res = w.spec.resources_per_worker
+    for s in w.slots.values():
+        node = nodes.get(s.node)
+        gpu = float(res.get("GPU", 0.0))
+        if gpu <= 0 and res.get("gpu_memory") and node is not None and node.gpu_memory > 0:
+            gpu = min(1.0, float(res["gpu_memory"]) / node.gpu_memory)
+        holdings[s.node].append(Holding(w.id, w.spec.queue, gpu))
+        into = held[s.node]
+        into["gpu"] += gpu
+        into["cpu"] += float(res.get("CPU", 0.0))
+        into["memory"] += float(res.get("memory", 0.0))
+
+
+def grouping_levels(topologies: Mapping[str, Any]) -> list[str]:
+    """The levels the Nodes page groups by: those of the first topology a person named
+    (the controller's own one-node topology is not one to group by)."""
+    for name, topo in topologies.items():
+        if name != NODE_TOPOLOGY and topo.levels:
+            return list(topo.levels)
+    return []

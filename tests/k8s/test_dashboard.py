@@ -1,0 +1,88 @@
+"""The operator serves the same dashboard as the Ray scheduler: KubeRay's clusters as
+workloads (a preempted one with its history and reason, a waiting one with its place in
+line), queues over and under their fair share, nodes with their devices; read-only."""
+
+from __future__ import annotations
+
+import json
+import socket
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any
+
+import pytest
+
+from tests.browser import browser, open_page, shot  # noqa: F401
+from tests.k8s.env import NS, K8sEnv, group, raycluster, running
+
+pytestmark = [pytest.mark.k8s, pytest.mark.timeout(240)]
+RC = f"/apis/ray.io/v1/namespaces/{NS}/rayclusters"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def api(url: str, method: str = "GET") -> tuple[int, Any]:
+    req = urllib.request.Request(url, method=method, data=b"{}" if method != "GET" else None)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+    except urllib.error.URLError:
+        return 0, None
+
+
+def rows(url: str) -> dict[str, dict[str, Any]]:
+    status, body = api(url + "api/v1/workloads?limit=0")
+    return {w["name"]: w for w in body["items"]} if status == 200 else {}
+
+
+def test_operator_dashboard_shows_gangs_queues_and_nodes(k8s: K8sEnv, browser: Any) -> None:  # noqa: F811
+    k8s.node("n0", gpus=4)
+    k8s.node("n1", gpus=4)
+    k8s.queue("a", gpu=2)
+    k8s.queue("b", gpu=2)
+    k8s.start_fakes()
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/"
+    k8s.start_operator("--dashboard", f"127.0.0.1:{port}")
+    k8s.create(RC, raycluster("train", group("gpu", replicas=8, min_replicas=8), queue="a", priority="train"))
+    k8s.wait_for("train on all 8 GPUs", lambda: len(running(k8s.cluster_pods("train"))) == 9)
+    # Inference in the same queue preempts the training, which waits whole again.
+    k8s.create(RC, raycluster("serve", group("gpu", replicas=2), queue="a", priority="inference"))
+    k8s.wait_for("serve running", lambda: len(running(k8s.cluster_pods("serve"))) == 3, timeout=60)
+    # Queue b takes the 6 GPUs left: more than its fair share while the training waits.
+    k8s.create(RC, raycluster("big", group("gpu", replicas=6, min_replicas=6), queue="b", priority="train"))
+    k8s.wait_for("big running", lambda: len(running(k8s.cluster_pods("big"))) == 7, timeout=60)
+
+    train = k8s.wait_for(
+        "the dashboard to show train waiting",
+        lambda: (w := rows(url).get("RayCluster/train")) and w["state"] == "Queued" and w["position"] and w,
+    )
+    assert train["preemptions"] == 1 and train["last_preemption"]["why"].startswith("preempt")
+    detail = api(url + "api/v1/workloads/" + urllib.parse.quote(train["id"], safe=""))[1]
+    states = [h["to"] for h in detail["history"]]
+    assert states[0] == "Queued" and "Running,Preempting,Queued" in ",".join(states), states
+    assert train["position"] == 1 and train["reason"]
+    assert rows(url)["RayCluster/serve"]["state"] == "Running"
+    queues = {q["name"]: q for q in api(url + "api/v1/queues")[1]["items"]}
+    assert queues["b"]["standing"] == "over" and queues["a"]["standing"] == "under"
+    nodes = api(url + "api/v1/nodes")[1]["items"]
+    assert sorted(n["name"] for n in nodes) == ["n0", "n1"]
+    assert sum(d["used"] for n in nodes for d in n["devices"]) == pytest.approx(8)
+    assert api(url + "api/v1/queues", method="POST")[0] == 405
+    assert api(url + "api/v1/summary")[1]["backend"] == "kubernetes"
+
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    open_page(page, url, "workloads")
+    row = page.locator("tr[data-workload$='/RayCluster/train']")
+    assert "1 of 1" in row.inner_text() and "preempted" in row.inner_text()
+    shot(page, "k8s-dashboard-workloads")
+    open_page(page, url, "queues")
+    assert page.get_attribute("tr[data-queue='b']", "data-standing") == "over"
+    page.close()
