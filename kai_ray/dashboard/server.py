@@ -182,11 +182,7 @@ class DashboardServer:
         return _json({"at": board.at, "revision": self.feed.revision, "items": board.queues})
 
     async def _queue(self, request: web.Request) -> web.Response:
-        name = request.match_info["name"]
-        for row in self.feed.board().queues:
-            if row["name"] == name:
-                return _json(row)
-        return _error(404, f"no queue {name!r}; GET /api/v1/queues lists them")
+        return _one(self.feed.board().queues, "name", request.match_info["name"], "queue")
 
     async def _workloads(self, request: web.Request) -> web.Response:
         board = self.feed.board()
@@ -197,11 +193,7 @@ class DashboardServer:
         return _json({"at": board.at, "revision": self.feed.revision, **page})
 
     async def _workload(self, request: web.Request) -> web.Response:
-        wid = request.match_info["id"]
-        for row in self.feed.board().workloads:
-            if row["id"] == wid:
-                return _json(row)
-        return _error(404, f"no workload {wid!r}; GET /api/v1/workloads lists them")
+        return _one(self.feed.board().workloads, "id", request.match_info["id"], "workload")
 
     async def _nodes(self, request: web.Request) -> web.Response:
         board = self.feed.board()
@@ -239,6 +231,13 @@ class DashboardServer:
 
     async def _not_found(self, request: web.Request) -> web.Response:
         return _error(404, f"no endpoint {request.path}; GET /api/v1 lists them")
+
+
+def _one(rows: list[dict[str, Any]], key: str, value: str, what: str) -> web.Response:
+    for row in rows:
+        if row[key] == value:
+            return _json(row)
+    return _error(404, f"no {what} {value!r}; GET /api/v1/{what}s lists them")
 
 
 def _read_static(name: str) -> bytes:
