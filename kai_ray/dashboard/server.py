@@ -35,7 +35,9 @@ __all__ = ["DEFAULT_PORT", "ENDPOINTS", "DashboardServer"]
 log = logging.getLogger(__name__)
 DEFAULT_PORT = 8267  # beside Ray's dashboard (8265) and its client server (10001)
 STREAM_HEARTBEAT_S = 15.0
-STREAM_MIN_GAP_S = 0.5  # at most two updates a second per page: the page refetches on each
+# At most one update a second per page: the page refetches on each, and a board of many
+# workloads is built on the scheduler's own loop (once per revision, for all pages).
+STREAM_MIN_GAP_S = 1.0
 ENDPOINTS = ("summary", "queues", "workloads", "nodes", "timeline", "stream")
 _STATIC = {"index.html": "text/html", "app.js": "text/javascript", "app.css": "text/css"}
 

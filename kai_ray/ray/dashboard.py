@@ -128,16 +128,22 @@ class RayDashboard:
 
     async def listen(self, host: str, port: int, token: str | None) -> str:
         """(Re)start the server on host:port. Raises DashboardAccessError (a ValueError)
-        for a wide listen without a token, OSError for a port that is taken; the running
-        server is kept then."""
+        for a wide listen without a token, OSError for a port that is taken; the server
+        that ran before keeps running then."""
         access = access_for(host, token, ray_token_check())
+        old = self.server
+        same_port = old is not None and (old.host, old.port) == (host, port)
+        if old is not None and same_port:
+            await old.stop()  # the new one needs its port
         server = DashboardServer(self.feed, access, host, port)
-        if self.server is not None and (self.server.host, self.server.port) == (host, port):
-            await self.server.stop()
-            self.server = None
-        url = await server.start()
-        if self.server is not None:
-            await self.server.stop()
+        try:
+            url = await server.start()
+        except OSError:
+            if old is not None and same_port:
+                await old.start()
+            raise
+        if old is not None and not same_port:
+            await old.stop()
         self.server = server
         self.settings = {"host": host, "port": port, "token": token}
         _kv_put(SETTINGS_KEY, self.settings)
