@@ -16,7 +16,7 @@ __all__ = ["allocate", "allocate_step"]
 
 
 def allocate(ctx: CycleContext) -> None:
-    waiting = [j for j in ctx.state.jobs if j.active_count < len(j.tasks) and j.pending()]
+    waiting = [j for j in ctx.state.maybe_pending() if j.active_count < len(j.tasks) and j.pending()]
     order = ctx.job_queues(waiting)
     # Capacity only shrinks during allocate, so a gang that did not fit fails the same way
     # for every job with the same placement inputs for the rest of the action.
