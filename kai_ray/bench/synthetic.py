@@ -127,8 +127,9 @@ def steady_cluster(
     nodes: int, gpus_per_node: int, running: int, pending: int, queues: int, seed: int = 5
 ) -> ClusterSnapshot:
     """A full cluster in its steady state: `running` jobs hold every node (whole-node
-    tasks; the jobs beyond one per node take two nodes each), and `pending` jobs wait for
-    room (one or two whole-node tasks). Nothing fits until something finishes."""
+    tasks; the jobs beyond one per node take two nodes each; not preemptible, so no
+    action may take them), and `pending` jobs wait for room (one or two whole-node
+    tasks). Nothing fits until something finishes."""
     rng = random.Random(seed)
     node_list = _nodes(nodes, gpus_per_node)
     queue_list = _queues(queues, float(nodes * gpus_per_node))
@@ -144,7 +145,8 @@ def steady_cluster(
             for k in range(width)
         ]
         node += width
-        jobs.append(_job(f"run-{i}", rng.choice(leaves), tasks, float(len(jobs))))
+        queue, created = rng.choice(leaves), float(len(jobs))
+        jobs.append(_job(f"run-{i}", queue, tasks, created, priority=100, preemptible=False))
     for i in range(pending):
         name = f"wait-{i}"
         tasks = [_pending(name, k, whole) for k in range(1 + i % 2)]

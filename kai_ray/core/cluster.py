@@ -275,6 +275,7 @@ def build_state_and_leaves(
     )
     builder = _Builder(state, requests)
     builder.add_jobs(snapshot.jobs)
+    state.waiting = [j for j in state.jobs if j.pending_count]
     return state, [builder.leaf_allocated, builder.leaf_nonpreemptible, builder.leaf_requested]
 
 
