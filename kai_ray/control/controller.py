@@ -26,7 +26,14 @@ from kai_ray.control.events import Admitted, ControlEvent, Preempted, WorkloadCh
 from kai_ray.control.planner import JobPlan, plan_cycle
 from kai_ray.control.ports import ActionFailed, Actuator, Clock, ClusterSource, Store, WorkerPlacement
 from kai_ray.control.queues import QueueChange, plan_apply, plan_delete, queue_from_json, queue_holders
-from kai_ray.control.snapshot import NODE_TOPOLOGY, JobInfos, held_by_workloads, request_for, same_nodes
+from kai_ray.control.snapshot import (
+    NODE_TOPOLOGY,
+    JobInfos,
+    Lazily,
+    held_by_workloads,
+    request_for,
+    same_nodes,
+)
 from kai_ray.control.store import Records
 from kai_ray.control.usage import cluster_capacity, history_for, queue_allocation
 from kai_ray.control.validate import SubmitError, same_spec, validate_spec
@@ -144,7 +151,8 @@ class Controller:
         return orphans
 
     def refresh_nodes(self) -> None:
-        held = held_by_workloads(self.workloads.values(), self.nodes)
+        workloads, before = list(self.workloads.values()), self.nodes
+        held = Lazily(lambda: held_by_workloads(workloads, before, self._infos.request))
         self.nodes = same_nodes(self.nodes, self.cluster.nodes(held))
         self._accepted.clear()
 
@@ -346,7 +354,8 @@ class Controller:
             self._fire(w, event, now, "admitting it" if w.state is State.ADMITTING else "following it")
 
     def _observe(self, w: Workload, now: float) -> list[lc.Event]:
-        nodes = {s.node for s in w.slots.values()} - self.nodes.keys()
+        # Not `set - self.nodes.keys()`: that copies every node's name, per workload.
+        nodes = {s.node for s in w.slots.values() if s.node not in self.nodes}
         if nodes:
             return [lc.NodesLost(frozenset(nodes))]
         if w.state is State.ADMITTING:
