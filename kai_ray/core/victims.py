@@ -226,6 +226,8 @@ class _VictimPool:
         nodes = self.ctx.state.nodes
         n = len(nodes)
         alive = self.live[self.task_unit]
+        if not alive.any():  # nothing left to take: no node is worth freeing (and no pass over them)
+            return np.empty(0, dtype=np.intp)
         where = self.task_node[alive]
         freeable = np.zeros_like(nodes.idle)
         np.add.at(freeable, where, self.task_demand[alive])
