@@ -46,6 +46,7 @@ from kai_ray.core.cluster import (
     Task,
     build_state_and_leaves,
     charge_device,
+    cluster_total,
     job_problem,
     per_request,
 )
@@ -135,8 +136,7 @@ class CycleCache:
         self._config, self._policy = config, policy
         self._nodes, self._queues = list(snapshot.nodes), list(snapshot.queues)
         self._node_extended = frozenset(k for n in snapshot.nodes for k, _ in n.extended)
-        cap = state.nodes.capacity
-        self.total = cap[:, :3].sum(axis=0) if len(cap) else np.zeros(3)
+        self.total = cluster_total(state.nodes)  # the same sums, in the same order, as the full path
         self._node_tasks = [[] for _ in range(len(state.nodes))]
         for job in state.jobs:
             for t in job.tasks:
