@@ -310,7 +310,9 @@ class Controller:
         self._apply(plan.jobs, now)
         for wid, reason in plan.waiting.items():
             waiting = self.workloads.get(wid)
-            if waiting is not None and waiting.state is State.QUEUED and wid not in plan.jobs:
+            if waiting is None or waiting.state is not State.QUEUED or wid in plan.jobs:
+                continue
+            if (waiting.reason, waiting.reason_code) != (reason.text, reason.code):
                 lc.transition(waiting, lc.Waiting(reason.text, reason.code), now)
         return result
 
@@ -354,8 +356,7 @@ class Controller:
             self._fire(w, event, now, "admitting it" if w.state is State.ADMITTING else "following it")
 
     def _observe(self, w: Workload, now: float) -> list[lc.Event]:
-        # Not `set - self.nodes.keys()`: that copies every node's name, per workload.
-        nodes = {s.node for s in w.slots.values() if s.node not in self.nodes}
+        nodes = {s.node for s in w.slots.values() if s.node not in self.nodes}  # no `- keys()`: it copies
         if nodes:
             return [lc.NodesLost(frozenset(nodes))]
         if w.state is State.ADMITTING:
@@ -365,7 +366,7 @@ class Controller:
         if w.state is State.PREEMPTING:
             return [lc.GraceOver()] if w.deadline is not None and w.deadline <= now else []
         events: list[lc.Event] = []
-        for task, s in w.ordered_slots():
+        for task, s in w.ordered_slots() if w.slots_in_motion() else ():  # most have none
             if s.state is SlotState.RELEASING and s.releasing_at is not None and s.releasing_at <= now:
                 events.append(lc.SurplusDue(task))
             elif s.state is SlotState.RESERVING and self.actuator.is_ready(s.group):
