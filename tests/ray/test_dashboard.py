@@ -184,3 +184,21 @@ def test_metrics_carry_every_series_the_grafana_dashboard_charts(busy_cluster: t
     session = Path(ray._private.worker.global_worker.node.get_session_dir_path())
     written = session / "metrics" / "grafana" / "dashboards" / FILE_NAME
     assert json.loads(written.read_text())["uid"] == grafana_dashboard()["uid"]
+
+
+def test_the_command_prints_the_url_and_refuses_a_wide_listen_without_a_token(
+    start_scheduler: Any, ray_cluster: Any
+) -> None:
+    import subprocess
+    import sys
+
+    start_scheduler(QUEUES)
+    env = dict(os.environ, RAY_ADDRESS=ray_cluster.address)
+    cli = [sys.executable, "-m", "kai_ray.cli", "dashboard"]
+    done = subprocess.run(cli, capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    (line,) = done.stdout.splitlines()
+    assert line.startswith("http://127.0.0.1:") and get(line + "api/v1/summary")[0] == 200
+    wide = subprocess.run([*cli, "--host", "0.0.0.0"], capture_output=True, text=True, env=env, timeout=60)
+    assert wide.returncode == 2 and "needs a token" in wide.stderr
+    assert get(line + "api/v1/summary")[0] == 200  # still where it was
