@@ -1,4 +1,4 @@
-"""The controller's incremental cycles (its default) against full rebuilds: the same
+"""The controller's incremental cycles (incremental=True) against full rebuilds: the same
 sequence of submissions, finishes, cancellations, readiness and node changes gives the
 same cycle results and the same workloads."""
 
@@ -28,6 +28,7 @@ def controller(full: bool) -> Controller:
         QUEUES,
         SchedulerConfig(stale_gang_grace_period=5.0),
         cycle=run_cycle if full else None,
+        incremental=not full,
     )
     if full:
         c._infos.get = lambda w: job_info(w, c.node_label)  # type: ignore[method-assign]
