@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
 from kai_ray.config.base import Duration, StrictModel, read_yaml
 from kai_ray.config.errors import ConfigError, from_validation_error
@@ -40,6 +40,18 @@ class SchedulerOptions(StrictModel):
     stale_gang_grace_period: Duration = 60.0  # negative: never evict
     max_consolidation_preemptees: int = Field(16, ge=0)
     full_hierarchy_fairness: bool = True
+    # Time-based fair share: the window of usage history (0: off), its decay, its kind.
+    usage_window: Duration = 0.0
+    usage_half_life: Duration = 0.0
+    usage_window_type: Literal["sliding", "tumbling"] = "sliding"
+
+    @field_validator("usage_window", "usage_half_life")
+    @classmethod
+    def _not_negative(cls, value: float, info: ValidationInfo) -> float:
+        if value < 0:
+            off = "time-based fair share off" if info.field_name == "usage_window" else "no decay"
+            raise ValueError(f"{value:g}s is negative; use 0 ({off}) or a duration such as 7d or 1h")
+        return value
 
 
 class TopologySpec(StrictModel):
@@ -97,6 +109,9 @@ def to_scheduler_config(
         stale_gang_grace_period=options.stale_gang_grace_period,
         max_consolidation_preemptees=options.max_consolidation_preemptees,
         full_hierarchy_fairness=options.full_hierarchy_fairness,
+        usage_window_s=options.usage_window,
+        usage_half_life_s=options.usage_half_life,
+        usage_window_type=options.usage_window_type,
         topologies={
             name: Topology(name=name, levels=tuple(spec.levels)) for name, spec in (topologies or {}).items()
         },

@@ -28,6 +28,7 @@ from kai_ray.control.ports import ActionFailed, Actuator, Clock, ClusterSource, 
 from kai_ray.control.queues import QueueChange, plan_apply, plan_delete, queue_from_json, queue_holders
 from kai_ray.control.snapshot import NODE_TOPOLOGY, held_by_workloads, job_info, request_for
 from kai_ray.control.store import Records
+from kai_ray.control.usage import cluster_capacity, history_for, queue_allocation
 from kai_ray.control.validate import SubmitError, same_spec, validate_spec
 from kai_ray.control.views import workload_view
 from kai_ray.control.workload import (
@@ -94,6 +95,7 @@ class Controller:
         topologies = {**config.topologies, NODE_TOPOLOGY: Topology(NODE_TOPOLOGY, (node_label,))}
         self.config = dataclasses.replace(config, topologies=topologies)
         self.node_label = node_label
+        self.usage = history_for(self.config)  # time-based fair share; None when off
         # An autoscaler may add nodes: accept workloads larger than the cluster is now.
         self.cluster_grows = False
         self.workloads: dict[str, Workload] = {}
@@ -285,8 +287,13 @@ class Controller:
                     jobs.append(job_info(w, self.node_label))
                 except Exception as exc:
                     self._failed(w, now, "describing it to the scheduler", exc)
-        snapshot = ClusterSnapshot(nodes=list(self.nodes.values()), queues=self.queues, jobs=jobs)
+        usage = self.usage.usage(now) if self.usage is not None else {}
+        snapshot = ClusterSnapshot(
+            nodes=list(self.nodes.values()), queues=self.queues, jobs=jobs, usage=usage
+        )
         result = self._cycle(snapshot, self.config, now)
+        if self.usage is not None:  # what the queues hold from now until the next cycle
+            self.usage.record(now, queue_allocation(result), cluster_capacity(self.nodes.values()))
         plan = plan_cycle(result, jobs)
         self.queue_status, self.positions = dict(result.queues), plan.positions
         self._apply(plan.jobs, now)

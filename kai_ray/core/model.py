@@ -210,6 +210,12 @@ class SchedulerConfig:
     cpu_placement: Literal["binpack", "spread"] = "binpack"
     gpu_device_order: Literal["pack", "spread"] = "pack"
     k_value: float = 1.0
+    # Time-based fair share (KAI's time-aware fairness): the usage history a backend
+    # keeps for ClusterSnapshot.usage (kai_ray.control.usage). The core itself reads
+    # only the snapshot's usage; these say how a backend should build it.
+    usage_window_s: float = 0.0  # seconds of history; 0: off (no history, plain DRF)
+    usage_half_life_s: float = 0.0  # exponential decay of older usage; 0: none
+    usage_window_type: Literal["sliding", "tumbling"] = "sliding"
     stale_gang_grace_period: float = 60.0  # seconds; negative: never evict
     max_consolidation_preemptees: int = 16
     full_hierarchy_fairness: bool = True

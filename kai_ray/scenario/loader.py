@@ -39,6 +39,7 @@ from kai_ray.scenario.schema import (
     ScenarioFile,
     TaskCountSpec,
     TaskExpectSpec,
+    UsageSpec,
 )
 from kai_ray.scenario.symbols import GpuSymbols
 
@@ -104,7 +105,9 @@ def _build(spec: ScenarioFile, path: str | Path | None) -> Scenario:
         file="" if path is None else str(path),
         name=spec.name or (Path(path).name if path is not None else "scenario"),
         source=spec.source,
-        snapshot=ClusterSnapshot(nodes=nodes, queues=queues, jobs=jobs),
+        snapshot=ClusterSnapshot(
+            nodes=nodes, queues=queues, jobs=jobs, usage=_usage(spec.usage, queues, config)
+        ),
         config=config,
         rounds=spec.rounds,
         now=spec.now,
@@ -131,6 +134,42 @@ def _queues(spec: ScenarioFile) -> list[QueueInfo]:
     queues = [queue_info(q.name, q.parent, q) for q in spec.queues]
     check_queue_tree(queues)
     return queues
+
+
+def _usage(
+    specs: Mapping[str, UsageSpec], queues: Sequence[QueueInfo], config: SchedulerConfig
+) -> dict[str, tuple[float, float, float]]:
+    """The file's usage history; a parent queue left out gets the sum of its children's
+    (what a recorded history gives it)."""
+    if specs and config.usage_window_s > 0:
+        raise ConfigError(
+            "a fixed usage history and config.usageWindow (a history recorded round by round) "
+            "exclude each other; remove one of them",
+            field="usage",
+        )
+    names = {q.name for q in queues}
+    usage: dict[str, tuple[float, float, float]] = {}
+    for name, spec in specs.items():
+        if name not in names:
+            raise ConfigError(
+                f"queue {name!r} does not exist; give usage for queues listed under queues:",
+                field=f"usage.{name}",
+            )
+        usage[name] = (spec.gpu, spec.cpu, spec.memory)
+    if not usage:
+        return usage
+    parent_of = {q.name: q.parent for q in queues}
+    summed: dict[str, list[float]] = {}
+    for name, row in list(usage.items()):  # up to the first ancestor the file gives
+        parent = parent_of[name]
+        while parent is not None and parent not in specs:
+            acc = summed.setdefault(parent, [0.0, 0.0, 0.0])
+            for r in range(3):
+                acc[r] += row[r]
+            parent = parent_of[parent]
+    for name, acc in summed.items():
+        usage[name] = (acc[0], acc[1], acc[2])
+    return usage
 
 
 def _check_task_total(spec: ScenarioFile) -> None:

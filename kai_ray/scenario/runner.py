@@ -8,6 +8,8 @@ Between rounds (after every cycle but the last), also at `t`:
   Binding -> Running; Releasing -> Pending (its capacity is free now, node and device
   cleared); Pipelined (moves included) -> Pending, to be placed again by the next cycle.
   The next cycle runs at `t + 1`.
+Usage history: the file's fixed `usage`, or with `config.usageWindow` a history recorded
+after every round (what the queues hold from `t` until the next round's cycle).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kai_ray.control.planner import PlanError, plan_cycle
+from kai_ray.control.usage import cluster_capacity, history_for, queue_allocation
 from kai_ray.core.model import (
     Bind,
     ClusterSnapshot,
@@ -69,11 +72,16 @@ def run_scenario(
     a whole run."""
     cycle = cycle or _core_cycle()
     state = _working_copy(scenario.snapshot)
+    history = history_for(scenario.config)  # config.usageWindow: usage recorded by round
     last: CycleResult | None = None
     try:
         for round_ in range(scenario.rounds):
             clock = scenario.now + round_
+            if history is not None:
+                state.usage = history.usage(clock)
             last = cycle(state, scenario.config, clock)
+            if history is not None:  # what the queues hold until the next round
+                history.record(clock, queue_allocation(last), cluster_capacity(state.nodes))
             apply_result(state, last, clock)
             if round_ < scenario.rounds - 1:
                 advance_round(state, clock)

@@ -32,6 +32,7 @@ __all__ = [
     "TaskSpec",
     "TaskState",
     "TopologyRefSpec",
+    "UsageSpec",
 ]
 
 TaskState = Literal["Pending", "Running", "Releasing", "Succeeded", "Failed"]
@@ -180,6 +181,14 @@ def _node_names(value: object) -> object:
     return {str(k): v for k, v in value.items()} if isinstance(value, dict) else value
 
 
+class UsageSpec(_Finite):
+    """A queue's historical usage, normalised to the cluster's capacity (0..1)."""
+
+    gpu: float = Field(0.0, ge=0, le=1)
+    cpu: float = Field(0.0, ge=0, le=1)
+    memory: float = Field(0.0, ge=0, le=1)
+
+
 class ScenarioFile(_Finite):
     name: str | None = None
     source: str | None = None
@@ -193,8 +202,9 @@ class ScenarioFile(_Finite):
     topologies: dict[str, TopologySpec] = Field(default_factory=dict)
     jobs: list[JobSpec]
     expect: dict[str, JobExpectSpec] = Field(default_factory=dict)
+    usage: dict[str, UsageSpec] = Field(default_factory=dict)
 
-    @field_validator("config", "priority_classes", "topologies", "expect", mode="before")
+    @field_validator("config", "priority_classes", "topologies", "expect", "usage", mode="before")
     @classmethod
     def _empty_is_default(cls, value: object) -> object:
         # `expect:` with nothing under it reads as null: the same as leaving it out.

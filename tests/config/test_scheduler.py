@@ -46,6 +46,15 @@ def test_negative_grace_period_means_never() -> None:
     assert parse_scheduler_config({"staleGangGracePeriod": -1}).stale_gang_grace_period == -1.0
 
 
+def test_usage_history_options_take_durations() -> None:
+    config = parse_scheduler_config(
+        {"usageWindow": "7d", "usageHalfLife": "1h", "usageWindowType": "tumbling"}
+    )
+    assert (config.usage_window_s, config.usage_half_life_s) == (7 * 86400.0, 3600.0)
+    assert config.usage_window_type == "tumbling"
+    assert SchedulerConfig().usage_window_s == 0.0  # off unless asked for
+
+
 def test_default_actions_in_kai_order() -> None:
     assert parse_scheduler_config({}).actions == DEFAULT_ACTIONS
 
@@ -55,6 +64,9 @@ INVALID: list[tuple[str, dict[str, Any], list[str]]] = [
     ("unknown key", {"kvalue": 1}, ["unknown key 'kvalue'", "did you mean 'kValue'"]),
     ("negative kValue", {"kValue": -1}, ["kValue", "greater than or equal to 0"]),
     ("bad duration", {"staleGangGracePeriod": "soon"}, ["staleGangGracePeriod", "not a duration"]),
+    ("negative window", {"usageWindow": "-1h"}, ["usageWindow: -3600s is negative; use 0 (time-based"]),
+    ("negative half-life", {"usageHalfLife": -5}, ["usageHalfLife: -5s is negative; use 0 (no decay)"]),
+    ("unknown window type", {"usageWindowType": "hopping"}, ["usageWindowType", "'sliding' or 'tumbling'"]),
     ("unknown action", {"actions": ["allocate", "shuffle"]}, ["actions", "'shuffle' is not an"]),
     ("action twice", {"actions": ["allocate", "allocate"]}, ["'allocate' is listed twice"]),
     ("topology without levels", {"topologies": {"dc": {"levels": []}}}, ["topology 'dc'"]),

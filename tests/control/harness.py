@@ -8,7 +8,7 @@ from typing import Any
 from kai_ray.control import Controller, Workload, WorkloadSpec
 from kai_ray.control.events import ControlEvent
 from kai_ray.control.memory import ManualClock, MemoryActuator, MemoryCluster, MemoryStore
-from kai_ray.core import HOSTNAME_LABEL, NodeInfo, QueueInfo
+from kai_ray.core import HOSTNAME_LABEL, NodeInfo, QueueInfo, SchedulerConfig
 
 GIB = 2**30
 QUEUES = [
@@ -59,8 +59,10 @@ class Harness:
         return Harness(fresh, self.cluster, self.actuator, self.store, self.clock, self.events)
 
 
-def make(nodes: int = 2, queues: list[QueueInfo] | None = None) -> Harness:
+def make(
+    nodes: int = 2, queues: list[QueueInfo] | None = None, config: SchedulerConfig | None = None
+) -> Harness:
     cluster = MemoryCluster([node(f"n{i}") for i in range(nodes)])
     actuator, store, clock = MemoryActuator(), MemoryStore(), ManualClock()
-    controller = Controller(cluster, actuator, store, clock, queues or QUEUES)
+    controller = Controller(cluster, actuator, store, clock, queues or QUEUES, config)
     return Harness(controller, cluster, actuator, store, clock)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
+from kai_ray.config.errors import ConfigError
 from kai_ray.core.model import (
     UNLIMITED,
     NodeInfo,
@@ -223,3 +225,43 @@ def test_empty_expect_is_no_expectation() -> None:
 def test_load_from_a_file(tmp_path: Path) -> None:
     path = scenario().job("j").write(tmp_path)
     assert load_scenario(path).snapshot.jobs[0].name == "j"
+
+
+def test_usage_history_and_parents_summed_from_their_children() -> None:
+    data = scenario().job("j").build()
+    data["queues"] = [
+        {"name": "dept"},
+        {"name": "a", "parent": "dept"},
+        {"name": "b", "parent": "dept"},
+        {"name": "solo"},
+    ]
+    data["jobs"][0]["queue"] = "a"
+    data["usage"] = {"a": {"gpu": 0.25}, "b": {"gpu": 0.5, "cpu": 0.125}, "solo": {"memory": 1}}
+    usage = parse_scenario(data).snapshot.usage
+    assert usage == {
+        "a": (0.25, 0.0, 0.0),
+        "b": (0.5, 0.125, 0.0),
+        "solo": (0.0, 0.0, 1.0),
+        "dept": (0.75, 0.125, 0.0),
+    }
+    data["usage"]["dept"] = {"gpu": 0.1}  # given: kept as written
+    assert parse_scenario(data).snapshot.usage["dept"] == (0.1, 0.0, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("usage", "config", "message"),
+    [
+        ({"nope": {"gpu": 0.1}}, {}, "usage.nope: queue 'nope' does not exist; give usage for queues"),
+        ({"default": {"gpu": 1.5}}, {}, "usage.default.gpu"),
+        (
+            {"default": {"gpu": 0.5}},
+            {"usageWindow": "1h"},
+            "usage: a fixed usage history and config.usageWindow",
+        ),
+    ],
+)
+def test_bad_usage_names_the_field_and_the_fix(usage: object, config: object, message: str) -> None:
+    data = scenario().job("j").build()
+    data["usage"], data["config"] = usage, config
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse_scenario(data, path="case.yaml")
