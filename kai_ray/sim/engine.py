@@ -104,7 +104,9 @@ class Simulation:
             while i < len(jobs) and jobs[i].submit <= t:
                 self._submit(jobs[i], t)
                 i += 1
-            if i > first or (ended and self.queued):
+            # Runs that ended free room only someone waiting could use; a usage history
+            # (time-based fair share) is recorded by steps, so then every end is one.
+            if i > first or (ended and (self.queued or self.ctl.usage is not None)):
                 self._steps(t)
             if self.progress is not None:
                 self.progress(self)
@@ -184,11 +186,12 @@ class Simulation:
             wid = group_owner(run_id)
             run = self.runs[wid]
             self.actuator.succeed(run_id)
+            held = run.gpus
             w = self.ctl.workloads[wid]
             self.ctl.finish(wid, w.attempt, ok=True)
             run.finished, run.remaining = end, 0.0
             del self.ctl.workloads[wid]  # keep the table to what is live
-            self.metrics.finished(run, end)
+            self.metrics.finished(run, end, held)
             self.done += 1
             ended = True
         return ended
@@ -204,10 +207,10 @@ class Simulation:
         lost = ran - kept
         run.remaining -= kept
         run.preemptions += 1
-        run.lost_gpu_s += lost * run.job.total_gpus
+        run.lost_gpu_s += lost * run.gpus
         run.started = None
         self.queued.add(wid)
-        self.metrics.preempted(run, now, lost)
+        self.metrics.preempted(run, now, lost, run.gpus)
 
     def held(self, wid: str, gpus: float) -> None:
         run = self.runs[wid]

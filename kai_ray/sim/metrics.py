@@ -63,6 +63,8 @@ class Metrics:
         self.preemptions = 0
         self.summary: dict[str, Any] = {}
         self.end = 0.0
+        self.jct: list[float] = []  # per completed job, for the plots
+        self.delays: list[float] = []
 
     # ------------------------------------------------------------ recording
 
@@ -81,13 +83,14 @@ class Metrics:
         self.waiting_now[run.team] -= run.job.gpus * (run.job.min_workers or run.job.workers)
         self._log(t, "start", run, run.gpus, f"remaining={run.remaining:g}")
 
-    def preempted(self, run: JobRun, t: float, lost_s: float) -> None:
+    def preempted(self, run: JobRun, t: float, lost_s: float, held: float) -> None:
+        """`held`: the GPUs it gives back."""
         self.preemptions += 1
         self.waiting_now[run.team] += run.job.gpus * (run.job.min_workers or run.job.workers)
-        self._log(t, "preempt", run, run.job.total_gpus, f"lost={lost_s:g}")
+        self._log(t, "preempt", run, held, f"lost={lost_s!r}")
 
-    def finished(self, run: JobRun, t: float) -> None:
-        self._log(t, "finish", run, run.job.total_gpus)
+    def finished(self, run: JobRun, t: float, held: float) -> None:
+        self._log(t, "finish", run, held)
 
     def held(self, run: JobRun, t: float, delta: float) -> None:
         team = run.team
@@ -143,6 +146,8 @@ class Metrics:
         self.end = end
         runs = list(runs)
         done = [r for r in runs if r.finished is not None]
+        self.jct = [r.finished - r.job.submit for r in done if r.finished is not None]
+        self.delays = [r.first_start - r.job.submit for r in runs if r.first_start is not None]
         makespan = max((r.finished for r in done if r.finished is not None), default=0.0)
         self.end = max(end, makespan)
         span = np.array([0.0, makespan])

@@ -65,17 +65,11 @@ def _default(base: SchedulerConfig) -> SimPolicy:
 
 
 def _timeshare(base: SchedulerConfig) -> SimPolicy:
-    names = {f.name for f in dataclasses.fields(SchedulerConfig)}
-    if "usage_window_s" not in names:
-        raise ConfigError(
-            "this kai-ray has no time-based fair share (SchedulerConfig.usage_window_s); "
-            "choose --policy fifo or default",
-            field="--policy timeshare",
-        )
-    window = getattr(base, "usage_window_s", 0.0) or 7 * DAY
-    half_life = getattr(base, "usage_half_life_s", 0.0) or DAY
-    config = dataclasses.replace(base, usage_window_s=window, usage_half_life_s=half_life)  # type: ignore[call-arg]
-    return SimPolicy("timeshare", config, about="time-based fair share (7-day window, 1-day half-life)")
+    window = base.usage_window_s or 7 * DAY
+    half_life = base.usage_half_life_s or DAY
+    config = dataclasses.replace(base, usage_window_s=window, usage_half_life_s=half_life)
+    about = f"time-based fair share ({window / DAY:g}-day window, {half_life / DAY:g}-day half-life)"
+    return SimPolicy("timeshare", config, about=about)
 
 
 POLICIES: dict[str, Callable[[SchedulerConfig], SimPolicy]] = {

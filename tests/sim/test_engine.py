@@ -1,0 +1,113 @@
+"""Small traces whose answers are worked out by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from kai_ray.core import QueueInfo
+from tests.sim.helpers import job, simulate
+
+
+def _jct(sim, name):  # type: ignore[no-untyped-def]
+    run = sim.runs[name]
+    return run.finished - run.job.submit
+
+
+def test_fifo_serves_in_submission_order_without_preemption() -> None:
+    # One node of 4 GPUs. A holds all 4 for 0..100. D (4 GPUs) came before B and C, so
+    # it goes first at 100 (100..110); B and C then start together at 110.
+    jobs = [
+        job("A", 0, 100, 4),
+        job("D", 5, 10, 4),
+        job("B", 10, 50, 2),
+        job("C", 20, 30, 2),
+    ]
+    sim, m = simulate(jobs, "fifo")
+    starts = {name: sim.runs[name].first_start for name in "ADBC"}
+    assert starts == {"A": 0, "D": 100, "B": 110, "C": 110}
+    assert {n: _jct(sim, n) for n in "ADBC"} == {"A": 100, "D": 105, "B": 150, "C": 120}
+    s = m.summary
+    assert s["makespan_s"] == 160
+    assert s["jct_s"]["mean"] == pytest.approx((100 + 105 + 150 + 120) / 4)
+    assert s["queueing_delay_s"]["mean"] == pytest.approx((0 + 95 + 100 + 90) / 4)
+    busy = 4 * 100 + 4 * 10 + 2 * 50 + 2 * 30  # GPU-seconds held
+    assert s["gpu_utilisation"] == pytest.approx(busy / (4 * 160))
+    assert s["preemptions"] == 0
+
+
+def test_fifo_skips_a_job_that_does_not_fit_for_a_smaller_one_behind_it() -> None:
+    # A holds 3 of 4 GPUs; B (2 GPUs) cannot start, C (1 GPU) behind it can.
+    sim, _ = simulate([job("A", 0, 100, 3), job("B", 1, 10, 2), job("C", 2, 10, 1)], "fifo")
+    assert sim.runs["C"].first_start == 2
+    assert sim.runs["B"].first_start == 100
+
+
+def _reclaim_case(policy: str, checkpoint_s: float):  # type: ignore[no-untyped-def]
+    # Two queues with 2 GPUs of quota each on one 4-GPU node. `a` borrows all 4 for a
+    # 1000 s job; `b` asks for its 2 at t=250 and reclaims them (default policy).
+    queues = [QueueInfo(name="a", quota=(2, 0, 0)), QueueInfo(name="b", quota=(2, 0, 0))]
+    jobs = [job("A", 0, 1000, 4, queue="a"), job("B", 250, 100, 2, queue="b")]
+    return simulate(jobs, policy, queues=queues, checkpoint_s=checkpoint_s)
+
+
+def test_preemption_costs_exactly_the_work_since_the_last_checkpoint() -> None:
+    sim, m = _reclaim_case("default", checkpoint_s=100)
+    a, b = sim.runs["A"], sim.runs["B"]
+    # A ran 250 s; its last checkpoint was at 200 s of run time: 50 s of 4 GPUs lost.
+    assert a.preemptions == 1
+    assert a.lost_gpu_s == pytest.approx(50 * 4)
+    assert m.summary["gpu_hours_lost"] == pytest.approx(50 * 4 / 3600)
+    assert b.first_start == 250 and b.finished == 350
+    # A starts again when B is done (it needs all 4 GPUs) with 800 s left.
+    assert a.finished == pytest.approx(350 + 800)
+    events = [(e[0], e[1], e[2]) for e in m.events or []]
+    assert (250.0, "preempt", "A") in events
+    assert (350.0, "start", "A") in events
+
+
+@pytest.mark.parametrize("checkpoint_s", [0.0, 60.0, 1000.0])
+def test_lost_work_follows_the_checkpoint_interval(checkpoint_s: float) -> None:
+    sim, _ = _reclaim_case("default", checkpoint_s)
+    ran = 250.0
+    kept = math.floor(ran / checkpoint_s) * checkpoint_s if checkpoint_s else ran
+    assert sim.runs["A"].lost_gpu_s == pytest.approx((ran - kept) * 4)
+    assert sim.runs["A"].finished == pytest.approx(350 + 1000 - kept)
+
+
+def test_fifo_never_preempts() -> None:
+    sim, m = _reclaim_case("fifo", checkpoint_s=100)
+    assert m.summary["preemptions"] == 0
+    assert sim.runs["B"].first_start == 1000
+
+
+def test_a_job_larger_than_the_cluster_is_rejected_and_counted() -> None:
+    sim, m = simulate([job("big", 0, 10, 8, workers=2), job("ok", 0, 10, 1)], "default")
+    assert "big" in sim.runs and sim.runs["big"].rejected
+    assert m.summary["rejected"] == 1 and m.summary["completed"] == 1
+
+
+def test_finished_workloads_leave_the_controller() -> None:
+    sim, _ = simulate([job(f"j{i}", i, 5, 1) for i in range(50)], "default")
+    assert all(r.finished is not None for r in sim.runs.values())
+    assert not sim.ctl.workloads
+
+
+def test_fair_share_and_jain_over_time() -> None:
+    # Two queues of equal quota, each with one job of 2 GPUs: each holds its fair share.
+    queues = [QueueInfo(name="a", quota=(2, 0, 0)), QueueInfo(name="b", quota=(2, 0, 0))]
+    jobs = [job("A", 0, 100, 2, queue="a"), job("B", 0, 100, 2, queue="b")]
+    for policy in ("fifo", "default"):
+        _, m = simulate(jobs, policy, queues=queues)
+        assert m.summary["jain_index"] == pytest.approx(1.0)
+        assert m.summary["queues"]["a"]["held_over_fair_share"] == pytest.approx(1.0)
+
+
+def test_unequal_shares_lower_jain_index() -> None:
+    # Queue a takes the whole node first; b waits 100 s under FIFO while its fair share
+    # is 2: for those 100 s, x = (2, 0) -> J = 0.5; then b alone runs -> J = 1.
+    queues = [QueueInfo(name="a", quota=(2, 0, 0)), QueueInfo(name="b", quota=(2, 0, 0))]
+    jobs = [job("A", 0, 100, 4, queue="a"), job("B", 0, 100, 2, queue="b")]
+    _, m = simulate(jobs, "fifo", queues=queues)
+    assert m.summary["jain_index"] == pytest.approx((0.5 * 100 + 1.0 * 100) / 200)
