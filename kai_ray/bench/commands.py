@@ -20,10 +20,20 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     kinds = bench.add_subparsers(dest="bench_kind", required=True)
 
     cycle = kinds.add_parser("cycle", help="full cycles on a synthetic cluster")
-    _cluster_size(cycle)
-    cycle.add_argument("--pending", type=int, default=5000, help="pending tasks")
+    cycle.add_argument("--nodes", type=int, default=None, help="default 1000; with --steady 10000")
+    cycle.add_argument("--gpus-per-node", type=int, default=8)
+    cycle.add_argument(
+        "--pending", type=int, default=None, help="pending tasks (5000); with --steady, pending jobs (1000)"
+    )
     cycle.add_argument("--gang-size", type=int, default=8)
     cycle.add_argument("--queues", type=int, default=50, help="leaf queues")
+    cycle.add_argument(
+        "--steady",
+        action="store_true",
+        help="one job finished or submitted per cycle on a full cluster: the incremental cycle "
+        "beside the full one, in the same process",
+    )
+    cycle.add_argument("--running", type=int, default=8000, help="--steady: running jobs")
     _runs(cycle, default_actions="allocate")
     cycle.set_defaults(func=_run_cycle)
 
@@ -80,7 +90,14 @@ def _print(result: dict[str, Any], as_json: bool) -> int:
 def _run_cycle(args: argparse.Namespace) -> int:
     from kai_ray.bench.run import bench_cycle
 
-    sizes = (args.nodes, args.gpus_per_node, args.pending, args.gang_size, args.queues)
+    if args.steady:
+        from kai_ray.bench.steady import bench_steady
+
+        nodes, pending = args.nodes or 10_000, 1000 if args.pending is None else args.pending
+        steady = (nodes, args.gpus_per_node, args.running, pending, args.queues)
+        return _print(bench_steady(*steady, repeat=args.repeat, actions=_actions(args.actions)), args.json)
+    nodes, pending = args.nodes or 1000, 5000 if args.pending is None else args.pending
+    sizes = (nodes, args.gpus_per_node, pending, args.gang_size, args.queues)
     result = bench_cycle(*sizes, repeat=args.repeat, actions=_actions(args.actions))
     return _print(result, args.json)
 

@@ -15,7 +15,7 @@ from kai_ray.core import (
     TaskStatus,
 )
 
-__all__ = ["cycle_cluster", "eviction_cluster"]
+__all__ = ["cycle_cluster", "eviction_cluster", "steady_cluster"]
 
 GI = 1024.0**3
 ONE_GPU = Request(gpu=1, cpu=4, memory=16 * GI)
@@ -120,4 +120,35 @@ def eviction_cluster(
     tasks = [_pending("gang", k, big) for k in range(max(1, gang_gpus // per_task))]
     priority = 50 if mode == "reclaim" else 125
     jobs.append(_job("gang", starved, tasks, float(len(jobs)), priority=priority, preemptible=priority < 100))
+    return ClusterSnapshot(node_list, queue_list, jobs)
+
+
+def steady_cluster(
+    nodes: int, gpus_per_node: int, running: int, pending: int, queues: int, seed: int = 5
+) -> ClusterSnapshot:
+    """A full cluster in its steady state: `running` jobs hold every node (whole-node
+    tasks; the jobs beyond one per node take two nodes each; not preemptible, so no
+    action may take them), and `pending` jobs wait for room (one or two whole-node
+    tasks). Nothing fits until something finishes."""
+    rng = random.Random(seed)
+    node_list = _nodes(nodes, gpus_per_node)
+    queue_list = _queues(queues, float(nodes * gpus_per_node))
+    leaves = _leaf_names(queue_list)
+    whole = Request(gpu=gpus_per_node, cpu=4, memory=16 * GI)
+    doubles = max(0, min(running, nodes - running))  # jobs of two nodes, to fill them all
+    jobs: list[JobInfo] = []
+    node = 0
+    for i in range(running):
+        width = 2 if i < doubles else 1
+        tasks = [
+            TaskInfo(f"run-{i}-{k}", TaskStatus.RUNNING, whole, f"node-{node + k}", since=-3600.0)
+            for k in range(width)
+        ]
+        node += width
+        queue, created = rng.choice(leaves), float(len(jobs))
+        jobs.append(_job(f"run-{i}", queue, tasks, created, priority=100, preemptible=False))
+    for i in range(pending):
+        name = f"wait-{i}"
+        tasks = [_pending(name, k, whole) for k in range(1 + i % 2)]
+        jobs.append(_job(name, rng.choice(leaves), tasks, float(len(jobs))))
     return ClusterSnapshot(node_list, queue_list, jobs)

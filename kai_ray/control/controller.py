@@ -26,7 +26,7 @@ from kai_ray.control.events import Admitted, ControlEvent, Preempted, WorkloadCh
 from kai_ray.control.planner import JobPlan, plan_cycle
 from kai_ray.control.ports import ActionFailed, Actuator, Clock, ClusterSource, Store, WorkerPlacement
 from kai_ray.control.queues import QueueChange, plan_apply, plan_delete, queue_from_json, queue_holders
-from kai_ray.control.snapshot import NODE_TOPOLOGY, held_by_workloads, job_info, request_for
+from kai_ray.control.snapshot import NODE_TOPOLOGY, JobInfos, held_by_workloads, request_for, same_nodes
 from kai_ray.control.store import Records
 from kai_ray.control.usage import cluster_capacity, history_for, queue_allocation
 from kai_ray.control.validate import SubmitError, same_spec, validate_spec
@@ -39,11 +39,11 @@ from kai_ray.control.workload import (
     Workload,
     WorkloadSpec,
     group_owner,
-    task_index,
 )
 from kai_ray.core import (
     HOSTNAME_LABEL,
     ClusterSnapshot,
+    CycleCache,
     CycleResult,
     NodeInfo,
     QueueInfo,
@@ -88,13 +88,16 @@ class Controller:
         """`pause_gc`: pause Python's cyclic garbage collector during each cycle (a
         long-lived scheduler process with many live objects: see run_cycle)."""
         self.cluster, self.actuator, self.clock = cluster, actuator, clock
-        self._cycle: CycleFn = cycle or functools.partial(run_cycle, pause_gc=pause_gc)
+        # The default cycle keeps its working state between cycles (core.CycleCache): it
+        # costs what changed. The workloads' JobInfos are kept to tell what did.
+        self._cycle: CycleFn = cycle or functools.partial(run_cycle, pause_gc=pause_gc, cache=CycleCache())
         self.records = Records(store)
         self.queues = list(plan_apply([], queues, {}).queues) if queues else []
         config = config or SchedulerConfig()
         topologies = {**config.topologies, NODE_TOPOLOGY: Topology(NODE_TOPOLOGY, (node_label,))}
         self.config = dataclasses.replace(config, topologies=topologies)
         self.node_label = node_label
+        self._infos = JobInfos(node_label)
         self.usage = history_for(self.config)  # time-based fair share; None when off
         # An autoscaler may add nodes: accept workloads larger than the cluster is now.
         self.cluster_grows = False
@@ -142,7 +145,7 @@ class Controller:
 
     def refresh_nodes(self) -> None:
         held = held_by_workloads(self.workloads.values(), self.nodes)
-        self.nodes = {n.name: n for n in self.cluster.nodes(held)}
+        self.nodes = same_nodes(self.nodes, self.cluster.nodes(held))
         self._accepted.clear()
 
     # ------------------------------------------------------------ requests
@@ -216,7 +219,7 @@ class Controller:
         if w.attempt != attempt or w.state not in (State.RUNNING, State.ADMITTING):
             return False
         lc.transition(w, lc.RunnerStarted(node, pid), self.clock.now())
-        self._dirty.add(w.id)
+        self._changed(w.id)
         self.flush()
         return True
 
@@ -284,7 +287,7 @@ class Controller:
         for w in live:
             if not w.waiting_to_retry(now):  # backing off: keeps its reason, sits this out
                 try:
-                    jobs.append(job_info(w, self.node_label))
+                    jobs.append(self._infos.get(w))
                 except Exception as exc:
                     self._failed(w, now, "describing it to the scheduler", exc)
         usage = self.usage.usage(now) if self.usage is not None else {}
@@ -320,26 +323,12 @@ class Controller:
             w = self.workloads.get(wid)
             if w is None or w.terminal:
                 continue
-            event = self._placement_event(w, jp)
+            event = lc.placement_event(w, jp)
             if event is not None:
                 todo.append((w, self._transition(w, event, now), "reserving its placement group"))
         self.flush()  # write-ahead, for the whole cycle at once
         for w, effects, doing in todo:
             self._carry_out(w, effects, now, doing)
-
-    def _placement_event(self, w: Workload, jp: JobPlan) -> lc.Event | None:
-        binds = sorted(jp.binds, key=lambda b: task_index(b.task))
-        placements = tuple(lc.Placement(b.task, b.node) for b in binds)
-        if w.state is State.QUEUED:
-            if jp.pipelined:
-                nodes = lc.describe_nodes(p.node for p in jp.pipelined)
-                return lc.Waiting(f"placed on {nodes}; waiting for preempted work to release it", "pipelined")
-            gang = w.spec.gang
-            return lc.Place(placements[:gang], placements[gang:]) if len(placements) >= gang else None
-        if w.state in (State.ADMITTING, State.RUNNING):
-            surplus = tuple(p for p in placements if p.task not in w.slots)
-            return lc.Place((), surplus) if surplus else None
-        return None
 
     # ------------------------------------------------------------ observing
 
@@ -398,7 +387,7 @@ class Controller:
     def _transition(self, w: Workload, event: lc.Event, now: float) -> list[lc.Effect]:
         old, preemptions, workers = w.state, w.preemptions, _workers(w)
         effects = lc.transition(w, event, now)
-        self._dirty.add(w.id)
+        self._changed(w.id)
         if w.state is not old or _workers(w) != workers:
             self._events.append(WorkloadChanged(w.id, w.spec.queue, old.value, w.state.value, w.reason, now))
         if old is State.ADMITTING and w.state is State.RUNNING:
@@ -469,8 +458,12 @@ class Controller:
     def info(self, wid: str) -> dict[str, Any]:
         return workload_view(self.get(wid), self.positions.get(wid))
 
+    def _changed(self, wid: str) -> None:
+        self._dirty.add(wid)  # to write
+        self._infos.changed(wid)  # to describe to the core afresh
+
     def _touch(self, w: Workload, event: ControlEvent) -> None:
-        self._dirty.add(w.id)
+        self._changed(w.id)
         self._events.append(event)
 
     def _drain(self) -> list[ControlEvent]:
@@ -485,7 +478,7 @@ class Controller:
             done.sort(key=lambda w: w.since)
             for w in done[: len(done) - KEEP_FINISHED]:
                 del self.workloads[w.id]
-                self._dirty.add(w.id)
+                self._changed(w.id)
 
 
 def _workers(w: Workload) -> list[tuple[str, str, float | None]]:

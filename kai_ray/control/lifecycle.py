@@ -17,7 +17,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kai_ray.control.workload import HOLDING, Slot, SlotState, State, TransitionError, Workload
+from kai_ray.control.planner import JobPlan
+from kai_ray.control.workload import HOLDING, Slot, SlotState, State, TransitionError, Workload, task_index
 
 __all__ = [
     "HANDLERS",
@@ -45,6 +46,7 @@ __all__ = [
     "SurplusReady",
     "Waiting",
     "describe_nodes",
+    "placement_event",
     "transition",
 ]
 
@@ -454,3 +456,20 @@ HANDLERS: dict[tuple[State, type], Handler] = {
     **{(s, Cancel): _cancel for s in _ANY_LIVE},
     **{(s, ActionFailed): _action_failed for s in _ANY_LIVE},
 }
+
+
+def placement_event(w: Workload, jp: JobPlan) -> Event | None:
+    """What the cycle's plan for one workload means for it: placed (its gang, or surplus
+    workers of an admitted one), waiting on capacity being released, or nothing."""
+    binds = sorted(jp.binds, key=lambda b: task_index(b.task))
+    placements = tuple(Placement(b.task, b.node) for b in binds)
+    if w.state is State.QUEUED:
+        if jp.pipelined:
+            nodes = describe_nodes(p.node for p in jp.pipelined)
+            return Waiting(f"placed on {nodes}; waiting for preempted work to release it", "pipelined")
+        gang = w.spec.gang
+        return Place(placements[:gang], placements[gang:]) if len(placements) >= gang else None
+    if w.state in (State.ADMITTING, State.RUNNING):
+        surplus = tuple(p for p in placements if p.task not in w.slots)
+        return Place((), surplus) if surplus else None
+    return None

@@ -18,10 +18,12 @@ from kai_ray.core.quantity import parse_quantity
 
 __all__ = [
     "NODE_TOPOLOGY",
+    "JobInfos",
     "held_by_workloads",
     "job_info",
     "parse_resources",
     "request_for",
+    "same_nodes",
 ]
 
 NODE_TOPOLOGY = "kai-ray-node"  # a one-level topology over the node's own label: STRICT_PACK
@@ -93,6 +95,40 @@ def job_info(w: Workload, node_label: str) -> JobInfo:
         topology=topology,
         spread=_SPREAD.get(w.spec.strategy, ""),
     )
+
+
+class JobInfos:
+    """Each live workload's JobInfo, made again only when the workload changed: the
+    controller calls `changed(wid)` on every change (and a workload's state, `since` and
+    attempt are checked as well). Handing the core the same object for an unchanged
+    workload is what lets an incremental cycle (core.CycleCache) skip it, and saves
+    making thousands of TaskInfos every cycle."""
+
+    def __init__(self, node_label: str) -> None:
+        self.node_label = node_label
+        self._infos: dict[str, tuple[tuple[object, ...], JobInfo]] = {}
+
+    def changed(self, wid: str) -> None:
+        self._infos.pop(wid, None)
+
+    def get(self, w: Workload) -> JobInfo:
+        mark = (w.state, w.since, w.attempt)
+        cached = self._infos.get(w.id)
+        if cached is not None and cached[0] == mark:
+            return cached[1]
+        info = job_info(w, self.node_label)
+        self._infos[w.id] = (mark, info)
+        return info
+
+
+def same_nodes(old: Mapping[str, NodeInfo], new: Iterable[NodeInfo]) -> dict[str, NodeInfo]:
+    """The new nodes by name, keeping the old object for a node that did not change (the
+    incremental cycle tells changed nodes by identity)."""
+    out: dict[str, NodeInfo] = {}
+    for n in new:
+        before = old.get(n.name)
+        out[n.name] = before if before is not None and (before is n or before == n) else n
+    return out
 
 
 def held_by_workloads(

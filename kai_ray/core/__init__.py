@@ -2,6 +2,7 @@
 
 from kai_ray.core.cycle import run_cycle
 from kai_ray.core.emptyfit import NEVER_FITS, EmptyRoom, empty_room, gang_never_fits
+from kai_ray.core.incremental import CycleCache
 from kai_ray.core.model import (
     CPU,
     DEFAULT_ACTIONS,
@@ -46,6 +47,7 @@ __all__ = [
     "UNLIMITED",
     "Bind",
     "ClusterSnapshot",
+    "CycleCache",
     "CycleResult",
     "Decision",
     "EmptyRoom",

@@ -27,7 +27,23 @@ from kai_ray.core.model import (
 )
 from kai_ray.core.queues import QueueTree
 
-__all__ = ["ClusterState", "Device", "Job", "Nodes", "QueueUsage", "Task", "build_state", "node_demand"]
+__all__ = [
+    "ClusterState",
+    "Device",
+    "Job",
+    "Nodes",
+    "QueueUsage",
+    "RequestCache",
+    "Task",
+    "build_state",
+    "build_state_and_leaves",
+    "charge_device",
+    "extended_columns",
+    "job_problem",
+    "node_demand",
+    "per_request",
+    "subtree_sums",
+]
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -67,6 +83,8 @@ class Nodes:
                     self.idle[i, c] = max(0.0, self.idle[i, c] - amount)
         # What work outside the scheduler holds, per node (for reasons only).
         self.outside = self.capacity - self.idle
+        # Idle before any task of ours: what a node's row is rebuilt from (incremental.py).
+        self.base_idle = self.idle.copy()
         self.releasing = np.zeros((n, r))
         self.schedulable: BoolArray = np.array([not x.unschedulable for x in infos], dtype=bool)
         self.device_memory = np.array([x.gpu_memory for x in infos], dtype=np.float64)
@@ -120,6 +138,12 @@ class QueueUsage:
                 row[0] += g
                 row[1] += c
                 row[2] += m
+
+    def set_leaves(self, allocated: FloatArray, nonpreemptible: FloatArray, requested: FloatArray) -> None:
+        """Every queue's figures from the leaf queues' own."""
+        self.allocated = subtree_sums(self.tree, allocated).tolist()
+        self.allocated_nonpreemptible = subtree_sums(self.tree, nonpreemptible).tolist()
+        self.requested[:] = subtree_sums(self.tree, requested)
 
     def allocated_row(self, queue: int) -> FloatArray:
         return np.array(self.allocated[queue])
@@ -201,6 +225,13 @@ class ClusterState:
     job_index: dict[str, Job]
     invalid: dict[str, str]  # job -> why it cannot be considered
     min_device_memory: float  # to size gpu-memory requests before they are placed
+    # The jobs that may hold pending tasks, in `jobs` order; None: any of them may. A
+    # cycle never makes a task pending (an evicted one is Releasing), so a list made
+    # before the cycle holds through it (kept by incremental.py, to skip the others).
+    waiting: list[Job] | None = None
+
+    def maybe_pending(self) -> list[Job]:
+        return self.jobs if self.waiting is None else self.waiting
 
     def queue_amount(self, task: Task, node: int = -1) -> FloatArray:
         """What the task counts against its queue: [gpu (fractions as such), cpu, memory].
@@ -212,12 +243,26 @@ class ClusterState:
         return np.array([req.gpu_fraction(float(mem)), req.cpu, req.memory], dtype=np.float64)
 
 
+RequestCache = dict[Request, tuple[FloatArray, FloatArray | None]]
+
+
 def build_state(snapshot: ClusterSnapshot, tree: QueueTree) -> ClusterState:
-    extended = sorted(
+    return build_state_and_leaves(snapshot, tree, {})[0]
+
+
+def extended_columns(snapshot: ClusterSnapshot) -> list[str]:
+    return sorted(
         {k for n in snapshot.nodes for k, _ in n.extended}
         | {k for j in snapshot.jobs for t in j.tasks for k, _ in t.request.extended}
     )
-    nodes = Nodes(snapshot.nodes, extended)
+
+
+def build_state_and_leaves(
+    snapshot: ClusterSnapshot, tree: QueueTree, requests: RequestCache
+) -> tuple[ClusterState, list[FloatArray]]:
+    """The state, and each leaf queue's own [allocated, non-preemptible, requested] before
+    the subtree sums. `requests`: demand and amount per request, filled and reused."""
+    nodes = Nodes(snapshot.nodes, extended_columns(snapshot))
     gpu_mem = [n.gpu_memory for n in snapshot.nodes if n.gpus > 0]
     state = ClusterState(
         nodes=nodes,
@@ -228,17 +273,19 @@ def build_state(snapshot: ClusterSnapshot, tree: QueueTree) -> ClusterState:
         invalid={},
         min_device_memory=min(gpu_mem) if gpu_mem else 0.0,
     )
-    _Builder(state).add_jobs(snapshot.jobs)
-    return state
+    builder = _Builder(state, requests)
+    builder.add_jobs(snapshot.jobs)
+    state.waiting = [j for j in state.jobs if j.pending_count]
+    return state, [builder.leaf_allocated, builder.leaf_nonpreemptible, builder.leaf_requested]
 
 
 class _Builder:
     """Turns the snapshot's jobs into working state, charging nodes and queues in bulk
     (per-task numpy calls would dominate a cycle at ten thousand nodes)."""
 
-    def __init__(self, state: ClusterState) -> None:
+    def __init__(self, state: ClusterState, requests: RequestCache) -> None:
         self.state = state
-        self.requests: dict[Request, tuple[FloatArray, FloatArray | None]] = {}
+        self.requests = requests
         self.by_identity: dict[int, tuple[FloatArray, FloatArray | None]] = {}
         self.keep_alive: list[Request] = []  # ids stay valid while the builder runs
         self.pending: dict[tuple[int, int], int] = {}  # (queue, id(amount)) -> tasks
@@ -257,7 +304,7 @@ class _Builder:
     def add_jobs(self, infos: Sequence[JobInfo]) -> None:
         state, tree = self.state, self.state.tree
         for order, info in enumerate(infos):
-            reason = _job_problem(info, tree)
+            reason = job_problem(info, tree)
             if reason:
                 state.invalid[info.name] = reason
                 continue
@@ -309,7 +356,7 @@ class _Builder:
         if cached is None:
             cached = self.requests.get(req)
             if cached is None:
-                cached = self.requests[req] = _per_request(req, self.state.nodes.columns)
+                cached = self.requests[req] = per_request(req, self.state.nodes.columns)
             self.by_identity[id(req)] = cached
             self.keep_alive.append(req)
         return cached
@@ -356,7 +403,7 @@ class _Builder:
             self.releasing_demand.append(task.demand)
         if task.fraction_request:
             fraction = task.fraction_on(nodes, node)
-            task.device = _charge_device(nodes, node, task.info.gpu_group, fraction, releasing)
+            task.device = charge_device(nodes, node, task.info.gpu_group, fraction, releasing)
         if not releasing:
             q = task.job.queue
             np_ = not task.job.info.preemptible
@@ -385,12 +432,10 @@ class _Builder:
             np.subtract.at(nodes.idle, np.array(self.held_rows), np.array(self.held_demand))
         if self.releasing_rows:
             np.add.at(nodes.releasing, np.array(self.releasing_rows), np.array(self.releasing_demand))
-        usage.allocated = _subtree_sums(self.state.tree, self.leaf_allocated).tolist()
-        usage.allocated_nonpreemptible = _subtree_sums(self.state.tree, self.leaf_nonpreemptible).tolist()
-        usage.requested[:] = _subtree_sums(self.state.tree, self.leaf_requested)
+        usage.set_leaves(self.leaf_allocated, self.leaf_nonpreemptible, self.leaf_requested)
 
 
-def _subtree_sums(tree: QueueTree, leaf: FloatArray) -> FloatArray:
+def subtree_sums(tree: QueueTree, leaf: FloatArray) -> FloatArray:
     total = leaf.copy()
     for q in sorted(range(len(tree)), key=lambda q: -len(tree.ancestors[q])):
         if tree.parent[q] >= 0:
@@ -406,13 +451,13 @@ def node_demand(req: Request, columns: Sequence[str]) -> FloatArray:
     return np.array([whole, req.cpu, req.memory, *(ext.get(c, 0.0) for c in columns[3:])], dtype=np.float64)
 
 
-def _per_request(req: Request, columns: Sequence[str]) -> tuple[FloatArray, FloatArray | None]:
+def per_request(req: Request, columns: Sequence[str]) -> tuple[FloatArray, FloatArray | None]:
     demand = node_demand(req, columns)
     amount = None if req.gpu_memory > 0 else np.array([req.gpu, req.cpu, req.memory], dtype=np.float64)
     return demand, amount
 
 
-def _job_problem(info: JobInfo, tree: QueueTree) -> str:
+def job_problem(info: JobInfo, tree: QueueTree) -> str:
     q = tree.index.get(info.queue)
     if q is None:
         return (
@@ -432,7 +477,7 @@ def _job_problem(info: JobInfo, tree: QueueTree) -> str:
     return ""
 
 
-def _charge_device(nodes: Nodes, node: int, group: int | None, fraction: float, releasing: bool) -> int:
+def charge_device(nodes: Nodes, node: int, group: int | None, fraction: float, releasing: bool) -> int:
     devices = nodes.devices[node]
     if group is None:
         fitting = [i for i, d in sorted(devices.items()) if d.idle + EPS >= fraction]

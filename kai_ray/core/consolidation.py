@@ -24,9 +24,15 @@ def consolidate(ctx: CycleContext) -> None:
     failed = FailedSearches(ctx.config.skip_failed_searches)
     while (job := order.next_job()) is not None:
         gang = job.missing()
-        if gang and ctx.policy.may_be_victim(job) and _fits_in_total(ctx, job, gang):
+        if gang and ctx.policy.may_be_victim(job):
+            # The key first: summing the free room over ten thousand nodes for each of a
+            # thousand look-alike jobs would cost more than the rest of the action.
             key = search_key(job, gang, "consolidation")
-            if not failed.known(key):
+            if failed.known(key):
+                pass  # the same gang already found no moves (or no total room)
+            elif not _room_in_total(ctx, job, gang):
+                failed.add(key, None)  # room alone decided it: the same for look-alikes
+            elif capacity_problem(ctx.state, ctx.shares, job, ctx.amount(gang)) is None:
                 if _consolidate_for(ctx, job, gang):
                     failed.clear()  # jobs moved: an earlier failure may succeed now
                 else:
@@ -34,16 +40,14 @@ def consolidate(ctx: CycleContext) -> None:
         order.done(job)
 
 
-def _fits_in_total(ctx: CycleContext, job: Job, gang: list[Task]) -> bool:
+def _room_in_total(ctx: CycleContext, job: Job, gang: list[Task]) -> bool:
+    """The gang fits the free room of its nodes taken together."""
     nodes = ctx.state.nodes
     mask = ctx.placer.base_mask(job)
     need = sum((t.demand for t in gang), start=np.zeros(nodes.idle.shape[1]))
     need[0] += sum(t.fraction_on(nodes, 0) for t in gang if t.fraction_request) if len(nodes) else 0
     free = nodes.idle[mask].sum(axis=0)
-    return (
-        bool((free + EPS >= need).all())
-        and capacity_problem(ctx.state, ctx.shares, job, ctx.amount(gang)) is None
-    )
+    return bool((free + EPS >= need).all())
 
 
 def _consolidate_for(ctx: CycleContext, job: Job, gang: list[Task]) -> bool:

@@ -43,7 +43,8 @@ class CycleContext:
 
     def waiting_gangs(self) -> JobQueues:
         """Jobs whose gang is still incomplete, in policy order (the actions that evict)."""
-        return self.job_queues([j for j in self.state.jobs if j.active_count < j.gang and j.pending()])
+        jobs = self.state.maybe_pending()
+        return self.job_queues([j for j in jobs if j.active_count < j.gang and j.pending()])
 
     def forget(self, job: Job) -> None:
         self._next_amount.pop(id(job), None)

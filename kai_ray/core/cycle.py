@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 
 import numpy as np
 
@@ -13,6 +13,7 @@ from kai_ray.core.cluster import ClusterState, FloatArray, Job, build_state
 from kai_ray.core.context import CycleContext
 from kai_ray.core.evictions import EVICTION_ACTIONS
 from kai_ray.core.fairshare import FairShares, compute_fair_shares
+from kai_ray.core.incremental import CycleCache
 from kai_ray.core.model import (
     Bind,
     ClusterSnapshot,
@@ -55,16 +56,24 @@ def run_cycle(
     policy: Policy = DEFAULT_POLICY,
     *,
     pause_gc: bool = False,
+    cache: CycleCache | None = None,
+    changed: Collection[str] = (),
 ) -> CycleResult:
     """Decide one cycle. Pure: the snapshot is not modified; same input, same output.
     `policy` swaps the ordering and eligibility rules without touching the actions.
     `pause_gc`: pause Python's cyclic garbage collector for the cycle (paused_collection);
-    it is process state, so only the caller may choose it."""
+    it is process state, so only the caller may choose it.
+    `cache`: keep the working state for the next cycle and patch it with what changed
+    (incremental.py): the same result at the cost of what changed. `changed` names the
+    jobs whose JobInfo was modified in place (a new JobInfo object needs no naming)."""
     with paused_collection() if pause_gc else contextlib.nullcontext():
-        ctx = prepare_cycle(snapshot, config, now, policy)
+        ctx = prepare_cycle(snapshot, config, now, policy, cache=cache, changed=changed)
         for name in config.actions:
             run_action(ctx, name)
-        return finish_cycle(ctx)
+        result = finish_cycle(ctx)
+        if cache is not None:
+            cache.restore(ctx.stmt)
+        return result
 
 
 @contextlib.contextmanager
@@ -91,18 +100,27 @@ def paused_collection() -> Iterator[None]:
 
 
 def prepare_cycle(
-    snapshot: ClusterSnapshot, config: SchedulerConfig, now: float, policy: Policy = DEFAULT_POLICY
+    snapshot: ClusterSnapshot,
+    config: SchedulerConfig,
+    now: float,
+    policy: Policy = DEFAULT_POLICY,
+    *,
+    cache: CycleCache | None = None,
+    changed: Collection[str] = (),
 ) -> CycleContext:
-    """The cycle's working state and fair shares (the steps of run_cycle, for timing)."""
+    """The cycle's working state and fair shares (the steps of run_cycle, for timing).
+    With a `cache`, the caller hands the context's statement back: cache.restore(ctx.stmt)."""
     for name in config.actions:
         if name not in ACTIONS:
             known = ", ".join(sorted(ACTIONS))
             raise UnknownActionError(f"scheduler config: unknown action {name!r}; use one of {known}")
-    tree = build_queue_tree(snapshot.queues)
-    state = build_state(snapshot, tree)
-    total = _cluster_total(state)
+    if cache is None:
+        state = build_state(snapshot, build_queue_tree(snapshot.queues))
+        total, placer = _cluster_total(state), Placer(state, config)
+    else:
+        state, placer, total = cache.prepare(snapshot, config, policy, changed)
     shares = compute_fair_shares(
-        tree, total, state.usage.requested, _usage_array(snapshot, state), config.k_value
+        state.tree, total, state.usage.requested, _usage_array(snapshot, state), config.k_value
     )
     return CycleContext(
         state=state,
@@ -110,8 +128,8 @@ def prepare_cycle(
         config=config,
         now=now,
         total=total,
-        placer=Placer(state, config),
-        stmt=Statement(state),
+        placer=placer,
+        stmt=Statement(state, undoable_cycle=cache is not None),
         policy=policy,
     )
 
@@ -125,7 +143,7 @@ def finish_cycle(ctx: CycleContext) -> CycleResult:
     state = ctx.state
     waiting = _waiting(ctx)
     return CycleResult(
-        decisions=_decisions(state),
+        decisions=_decisions(state, ctx.stmt.touched_jobs),
         pending_reasons={job: reason.text for job, reason in waiting.items()},
         queues=_queue_status(state, ctx.shares),
         invalid=dict(state.invalid),
@@ -150,10 +168,12 @@ def _usage_array(snapshot: ClusterSnapshot, state: ClusterState) -> FloatArray |
     return usage
 
 
-def _decisions(state: ClusterState) -> list[Decision]:
+def _decisions(state: ClusterState, touched: set[Job]) -> list[Decision]:
+    """Read off the tasks, in job order: only the jobs the statement touched can have
+    any (inputs that are Binding become Running when the state is built)."""
     names = state.nodes.names
     out: list[Decision] = []
-    for job in state.jobs:
+    for job in sorted(touched, key=lambda j: j.order):
         for t in job.tasks:
             if t.evicted_from is not None and t.evict_reason is not None:
                 node = names[t.evicted_from[0]]
@@ -171,7 +191,7 @@ def _waiting(ctx: CycleContext) -> dict[str, Reason]:
     said = ctx.stmt.reasons
     untried = Reason("not-tried", "not tried this cycle" if ctx.config.actions else "no actions configured")
     reasons: dict[str, Reason] = {}
-    for job in ctx.state.jobs:
+    for job in ctx.state.maybe_pending():
         if job.pending_count:
             reasons[job.name] = said.get(job.name, untried)
     for name, text in ctx.state.invalid.items():
@@ -185,7 +205,7 @@ def _queue_order(ctx: CycleContext) -> dict[str, tuple[str, ...]]:
     ties keep the snapshot's order, as in JobQueues)."""
     tree = ctx.state.tree
     lines: dict[int, list[Job]] = {q: [] for q in range(len(tree)) if tree.is_leaf[q]}
-    for job in ctx.state.jobs:
+    for job in ctx.state.maybe_pending():
         if job.pending_count:
             lines[job.queue].append(job)
     key = ctx.policy.job_order

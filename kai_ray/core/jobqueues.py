@@ -101,6 +101,10 @@ class JobQueues:
         job: Job = heapq.heappop(self.waiting[q])[-1]
         return job
 
+    def remaining(self) -> list[Job]:
+        """The jobs still in line, in no particular order (and none of them taken)."""
+        return [entry[-1] for heap in self.waiting.values() for entry in heap]
+
     def push_back(self, job: Job) -> None:
         """The job took a step and wants more (elastic surplus): back in line, by its key."""
         self._arrival += 1

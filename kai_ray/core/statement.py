@@ -23,11 +23,17 @@ Undo = Callable[[], None]
 
 
 class Statement:
-    def __init__(self, state: ClusterState) -> None:
+    def __init__(self, state: ClusterState, *, undoable_cycle: bool = False) -> None:
+        """`undoable_cycle`: keep what commit() lets go of, so that undo_cycle() can take
+        the whole cycle back (a state kept between cycles, see incremental.py)."""
         self.state = state
         self._undo: list[Undo] = []
+        self._committed: list[Undo] | None = [] if undoable_cycle else None
         self.pipelined = 0  # placements onto releasing capacity that stand (undo takes back)
         self.reasons: dict[str, Reason] = {}  # job -> why it still waits
+        # What the cycle changed: nodes placed on or evicted from, and their jobs.
+        self.touched_nodes: set[int] = set()
+        self.touched_jobs: set[Job] = set()
 
     # ------------------------------------------------------------ transactions
 
@@ -40,7 +46,18 @@ class Statement:
 
     def commit(self) -> None:
         """Keep everything done so far: no rollback can reach behind this point."""
+        if self._committed is not None:
+            self._committed.extend(self._undo)
         self._undo.clear()
+
+    def undo_cycle(self) -> None:
+        """Take back everything, committed or not (only with undoable_cycle). Tasks and
+        jobs are as they were; node and device figures are rebuilt by the caller from
+        `touched_nodes` (adding back what was taken need not give the same bits)."""
+        assert self._committed is not None, "undo_cycle needs Statement(undoable_cycle=True)"
+        self.rollback(0)
+        while self._committed:
+            self._committed.pop()()
 
     # ------------------------------------------------------------ reasons
 
@@ -75,6 +92,8 @@ class Statement:
     def place(self, task: Task, node: int, device: int, pipelined: bool, action: str) -> None:
         """Put a pending (or just-evicted) task on `node`; `device` only for fractions."""
         nodes, d = self.state.nodes, task.demand
+        self.touched_nodes.add(node)
+        self.touched_jobs.add(task.job)
         if pipelined:
             from_releasing = np.minimum(np.maximum(nodes.releasing[node], 0.0), d)
             nodes.releasing[node] -= from_releasing
@@ -116,6 +135,8 @@ class Statement:
         """Bind identical whole-device tasks on one node with free room for all of them:
         one update of the node and the queue instead of one per task."""
         nodes, job, n = self.state.nodes, tasks[0].job, len(tasks)
+        self.touched_nodes.add(node)
+        self.touched_jobs.add(job)
         total = tasks[0].demand * n if n > 1 else tasks[0].demand
         nodes.idle[node] -= total
         nodes.changed(node)
@@ -145,6 +166,8 @@ class Statement:
         if task.status is not TaskStatus.RUNNING:
             raise ValueError(f"task {task.info.name}: only running tasks are evicted")
         nodes, node, device = self.state.nodes, task.node, task.device
+        self.touched_nodes.add(node)
+        self.touched_jobs.add(task.job)
         nodes.releasing[node] += task.demand
         fraction = task.fraction_on(nodes, node) if task.fraction_request else 0.0
         if fraction:

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass
+from unittest.mock import patch
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import kai_ray.core.allocate as allocate_module
 from kai_ray.core import (
     UNLIMITED,
     Bind,
@@ -416,3 +418,16 @@ def test_skipping_searches_that_already_failed_changes_no_decision(snap: Cluster
     skipping = run_cycle(snap, SchedulerConfig(), 0.0)
     searching = run_cycle(snap, SchedulerConfig(skip_failed_searches=False), 0.0)
     assert skipping.decisions == searching.decisions
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(clusters(), look_alikes()))
+def test_settling_the_rest_of_allocate_at_once_changes_nothing(snap: ClusterSnapshot) -> None:
+    """Once every job left in line is sure to fail, allocate gives each its reason
+    without ranking the queues: the same decisions, reasons and queue order as going on
+    one job at a time."""
+    config = SchedulerConfig(actions=("allocate",))
+    settled = run_cycle(snap, config, 0.0)
+    with patch.object(allocate_module._Settled, "all_fail", lambda self: False):
+        in_line = run_cycle(snap, config, 0.0)
+    assert settled == in_line

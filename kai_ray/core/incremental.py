@@ -1,0 +1,351 @@
+"""Cycles that cost what changed: the working state kept from one cycle to the next.
+
+`run_cycle(snapshot, config, now, cache=cache)` decides exactly what the full rebuild
+decides (`run_cycle` without a cache): the same decisions, reasons, queue figures. The
+cache keeps the ClusterState, the queue tree and the Placer (with its node indexes) of
+the last cycle, and patches them with what differs in the new snapshot:
+
+- **How a change is found.** By identity: a job whose JobInfo is the very object of
+  the last cycle (`is`) is taken as unchanged. A caller that builds a new JobInfo for
+  every job that changed (the Controller does) needs to say nothing more; one that
+  changes a JobInfo or its tasks in place names those jobs in `changed`. Jobs that
+  appear or disappear are found by name.
+- **What a changed job costs.** Its Job and Task objects are made again, and only the
+  nodes its tasks hold (before and after) and its queue are recomputed: a node's idle,
+  releasing and devices from its tasks in snapshot order, a leaf queue's figures from
+  its jobs in snapshot order: the same arithmetic in the same order as the full build,
+  so every figure has the same bits. What stays O(jobs) per cycle: one pass over the
+  snapshot's job list (identity checks, positions), which is cheap.
+- **After the cycle.** The cycle's Statement keeps every undo step (committed ones too);
+  `restore` takes the whole cycle back, then recomputes the nodes the cycle touched. The
+  state is then again the one the snapshot describes, ready for the next patch.
+- **What rebuilds everything** (as the full path does): the first cycle; a node list
+  that is not the same objects in the same order (nodes change rarely: any node added,
+  removed or changed rebuilds); another queue list, config or policy; a job that
+  changes the set of extended-resource columns; a job name used twice; more distinct
+  requests than `max_requests` (their arrays are shared by identity); a cycle that
+  raised before it was restored.
+
+The full rebuild stays the reference: tests/core/test_incremental.py drives both on
+random sequences of changes and compares every result.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from kai_ray.core.cluster import (
+    ClusterState,
+    FloatArray,
+    Job,
+    RequestCache,
+    Task,
+    build_state_and_leaves,
+    charge_device,
+    job_problem,
+    per_request,
+)
+from kai_ray.core.model import ClusterSnapshot, JobInfo, NodeInfo, QueueInfo, SchedulerConfig, TaskStatus
+from kai_ray.core.placement import Placer
+from kai_ray.core.policy import Policy
+from kai_ray.core.queues import build_queue_tree
+from kai_ray.core.statement import Statement
+
+__all__ = ["CycleCache"]
+
+_PENDING, _RELEASING, _BINDING = TaskStatus.PENDING, TaskStatus.RELEASING, TaskStatus.BINDING
+_HOLDING_INPUT = frozenset({TaskStatus.RUNNING, TaskStatus.RELEASING, TaskStatus.PIPELINED})
+
+
+@dataclass(slots=True)
+class _Entry:
+    info: JobInfo  # what the job was built from
+    job: Job | None  # None: invalid (its reason is in state.invalid)
+    extended: frozenset[str]  # extended resources its tasks ask for
+
+
+class CycleCache:
+    """The working state between cycles (see the module docstring). One cache serves
+    one caller's sequence of cycles; it is not shared between threads."""
+
+    def __init__(self, max_requests: int = 4096) -> None:
+        self.max_requests = max_requests
+        self.rebuilds = 0  # full builds, for tests and benchmarks
+        self.patches = 0
+        self.state: ClusterState | None = None
+        self.placer: Placer | None = None
+        self.total = np.zeros(3)
+        self._config: SchedulerConfig | None = None
+        self._policy: Policy | None = None
+        self._nodes: list[NodeInfo] = []
+        self._queues: list[QueueInfo] = []
+        self._node_extended: frozenset[str] = frozenset()
+        self._entries: dict[str, _Entry] = {}
+        self._node_tasks: list[list[Task]] = []  # per node: the tasks holding it
+        self._leaves: list[FloatArray] = []  # leaf queues' own allocated, non-preemptible, requested
+        self._requests: RequestCache = {}
+        self._extended: Counter[str] = Counter()  # per extended resource: jobs asking for it
+        self._in_use = False  # a cycle runs on the state (not restored yet)
+
+    # ------------------------------------------------------------ the cycle's ends
+
+    def prepare(
+        self, snapshot: ClusterSnapshot, config: SchedulerConfig, policy: Policy, changed: Collection[str]
+    ) -> tuple[ClusterState, Placer, FloatArray]:
+        """The state for this snapshot: patched, or built afresh when it must be."""
+        if self._must_rebuild(snapshot, config, policy) or not self._patch(snapshot, changed):
+            self._rebuild(snapshot, config, policy)
+        else:
+            self.patches += 1
+        assert self.state is not None and self.placer is not None
+        self._in_use = True
+        return self.state, self.placer, self.total
+
+    def restore(self, stmt: Statement) -> None:
+        """Take the cycle back (its decisions are read already): the state is again the
+        snapshot's, for the next patch."""
+        stmt.undo_cycle()
+        for node in stmt.touched_nodes:
+            self._rebuild_node(node)
+        self._in_use = False
+
+    # ------------------------------------------------------------ full build
+
+    def _must_rebuild(self, snapshot: ClusterSnapshot, config: SchedulerConfig, policy: Policy) -> bool:
+        if self.state is None or self._in_use or config != self._config or policy is not self._policy:
+            return True
+        old = self._nodes
+        if len(old) != len(snapshot.nodes) or any(
+            a is not b for a, b in zip(old, snapshot.nodes, strict=True)
+        ):
+            return True
+        return snapshot.queues != self._queues
+
+    def _rebuild(self, snapshot: ClusterSnapshot, config: SchedulerConfig, policy: Policy) -> None:
+        self.rebuilds += 1
+        self._requests = {}
+        state, self._leaves = build_state_and_leaves(
+            snapshot, build_queue_tree(snapshot.queues), self._requests
+        )
+        self.state, self.placer = state, Placer(state, config)
+        self._config, self._policy = config, policy
+        self._nodes, self._queues = list(snapshot.nodes), list(snapshot.queues)
+        self._node_extended = frozenset(k for n in snapshot.nodes for k, _ in n.extended)
+        cap = state.nodes.capacity
+        self.total = cap[:, :3].sum(axis=0) if len(cap) else np.zeros(3)
+        self._node_tasks = [[] for _ in range(len(state.nodes))]
+        for job in state.jobs:
+            for t in job.tasks:
+                if t.node >= 0:
+                    self._node_tasks[t.node].append(t)
+        self._extended = Counter()
+        self._entries = {}
+        for info in snapshot.jobs:
+            extended = _extended_of(info)
+            self._extended.update(extended)
+            built = state.job_index.get(info.name)
+            valid = built if built is not None and built.info is info else None
+            self._entries[info.name] = _Entry(info, valid, extended)
+        if len(self._entries) != len(snapshot.jobs):
+            self._config = None  # a name used twice: the next cycle is built afresh too
+        state.waiting = [j for j in state.jobs if j.pending_count]
+
+    # ------------------------------------------------------------ patching
+
+    def _patch(self, snapshot: ClusterSnapshot, changed: Collection[str]) -> bool:
+        """Apply the snapshot's differences; False when only a full build will do (the
+        state may then be half patched: the caller rebuilds it)."""
+        state = self.state
+        assert state is not None
+        old, new = self._entries, {}
+        nodes: set[int] = set()
+        queues: set[int] = set()
+        jobs: list[Job] = []
+        waiting: list[Job] = []
+        columns_may_change = False
+        for order, info in enumerate(snapshot.jobs):
+            name = info.name
+            entry = old.get(name)
+            if entry is None or entry.info is not info or name in changed:
+                if name in new:
+                    return False  # a name used twice
+                if entry is not None:
+                    self._drop(entry, nodes, queues)
+                entry = self._make(info, nodes, queues)
+                columns_may_change = columns_may_change or bool(entry.extended)
+            new[name] = entry
+            job = entry.job
+            if job is not None:
+                job.order = order
+                jobs.append(job)
+                if job.pending_count:
+                    waiting.append(job)
+        if len(new) != len(snapshot.jobs):
+            return False
+        for name, entry in old.items():
+            if name not in new:
+                self._drop(entry, nodes, queues)
+                columns_may_change = columns_may_change or bool(entry.extended)
+        self._entries = new
+        if columns_may_change and not self._same_columns():
+            return False
+        if len(self._requests) > self.max_requests:
+            return False
+        state.jobs, state.waiting = jobs, waiting
+        for node in nodes:
+            self._rebuild_node(node)
+        self._rebuild_queues(queues, jobs)
+        state.usage.set_leaves(*self._leaves)  # the last cycle's placements changed its figures
+        return True
+
+    def _make(self, info: JobInfo, nodes: set[int], queues: set[int]) -> _Entry:
+        state = self.state
+        assert state is not None
+        extended = _extended_of(info)
+        self._extended.update(extended)
+        problem = job_problem(info, state.tree)
+        if problem:
+            state.invalid[info.name] = problem
+            return _Entry(info, None, extended)
+        job = _make_job(info, state, self._requests)
+        state.job_index[info.name] = job
+        for t in job.tasks:
+            if t.node >= 0:
+                self._node_tasks[t.node].append(t)
+                nodes.add(t.node)
+        queues.add(job.queue)
+        return _Entry(info, job, extended)
+
+    def _drop(self, entry: _Entry, nodes: set[int], queues: set[int]) -> None:
+        state = self.state
+        assert state is not None
+        self._extended.subtract(entry.extended)
+        name, job = entry.info.name, entry.job
+        if job is None:
+            state.invalid.pop(name, None)
+            return
+        if state.job_index.get(name) is job:
+            del state.job_index[name]
+        for t in job.tasks:
+            if t.node >= 0:
+                self._node_tasks[t.node].remove(t)
+                nodes.add(t.node)
+        queues.add(job.queue)
+
+    def _same_columns(self) -> bool:
+        assert self.state is not None
+        asked = {k for k, n in self._extended.items() if n > 0}
+        return sorted(self._node_extended | asked) == list(self.state.nodes.columns[3:])
+
+    # ------------------------------------------------------------ recomputing, as the full build does
+
+    def _rebuild_node(self, node: int) -> None:
+        """A node's idle, releasing and devices from its tasks, in the full build's order:
+        devices charged task by task, then every task's demand taken, then releases."""
+        state = self.state
+        assert state is not None
+        nodes = state.nodes
+        nodes.idle[node] = nodes.base_idle[node]
+        nodes.releasing[node] = 0.0
+        nodes.devices[node] = {}
+        tasks = sorted(self._node_tasks[node], key=lambda t: (t.job.order, t.index))
+        for t in tasks:
+            if t.fraction_request:
+                fraction = t.fraction_on(nodes, node)
+                t.device = charge_device(nodes, node, t.info.gpu_group, fraction, t.status is _RELEASING)
+        row, releasing = nodes.idle[node], nodes.releasing[node]
+        for t in tasks:
+            row -= t.demand
+        for t in tasks:
+            if t.status is _RELEASING:
+                releasing += t.demand
+        nodes.refresh_fractions(node)
+        nodes.changed(node)
+
+    def _rebuild_queues(self, queues: set[int], jobs: Sequence[Job]) -> None:
+        if not queues:
+            return
+        state = self.state
+        assert state is not None
+        members: dict[int, list[Job]] = {q: [] for q in queues}
+        for job in jobs:
+            if job.queue in members:
+                members[job.queue].append(job)
+        allocated, nonpreemptible, requested = self._leaves
+        for q, queue_jobs in members.items():
+            allocated[q], nonpreemptible[q], requested[q] = _leaf_figures(state, queue_jobs)
+
+
+def _extended_of(info: JobInfo) -> frozenset[str]:
+    return frozenset(k for t in info.tasks for k, _ in t.request.extended)
+
+
+def _make_job(info: JobInfo, state: ClusterState, requests: RequestCache) -> Job:
+    """A Job with its tasks as the full build makes them, nothing charged yet."""
+    nodes = state.nodes
+    job = Job(info=info, queue=state.tree.index[info.queue], order=0)
+    if info.node_selector:
+        job.selector = tuple(sorted(info.node_selector.items()))
+    for i, t in enumerate(info.tasks):
+        req = t.request
+        cached = requests.get(req)
+        if cached is None:
+            cached = requests[req] = per_request(req, nodes.columns)
+        demand, amount = cached
+        status = TaskStatus.RUNNING if t.status is _BINDING else t.status
+        task = Task(t, job, i, demand, req.is_fractional, status, since=t.since, amount=amount)
+        if status in _HOLDING_INPUT and t.node is not None:
+            task.node = nodes.index.get(t.node, -1)
+        job.tasks.append(task)
+    job.active_count = sum(1 for t in job.tasks if t.status.is_active)
+    job.pending_count = sum(1 for t in job.tasks if t.status is _PENDING)
+    first = job.tasks[0] if job.tasks else None
+    job.uniform = (
+        first is not None
+        and first.amount is not None
+        and all(t.demand is first.demand and t.amount is first.amount for t in job.tasks)
+    )
+    return job
+
+
+def _leaf_figures(state: ClusterState, jobs: Sequence[Job]) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """One leaf queue's own allocated, non-preemptible and requested, summed as the full
+    build sums them: per-node amounts (gpu-memory slices) task by task, then the pending
+    tasks grouped by shared amount, then the holding ones, groups in first-seen order."""
+    allocated, nonpreemptible, requested = np.zeros(3), np.zeros(3), np.zeros(3)
+    amounts: dict[int, FloatArray] = {}
+    pending: dict[int, int] = {}  # id(amount) -> tasks
+    held: dict[tuple[int, bool], int] = {}  # (id(amount), non-preemptible) -> tasks
+    for job in jobs:
+        np_ = not job.info.preemptible
+        for t in job.tasks:
+            if t.status is _PENDING:
+                if t.amount is None:
+                    requested += state.queue_amount(t)
+                else:
+                    amounts[id(t.amount)] = t.amount
+                    pending[id(t.amount)] = pending.get(id(t.amount), 0) + 1
+            elif t.node >= 0 and t.status is not _RELEASING:
+                if t.amount is None:
+                    amount = state.queue_amount(t, t.node)
+                    allocated += amount
+                    requested += amount
+                    if np_:
+                        nonpreemptible += amount
+                else:
+                    amounts[id(t.amount)] = t.amount
+                    key = (id(t.amount), np_)
+                    held[key] = held.get(key, 0) + 1
+    for amount_id, n in pending.items():
+        requested += amounts[amount_id] * n
+    for (amount_id, np_), n in held.items():
+        total = amounts[amount_id] * n
+        allocated += total
+        requested += total
+        if np_:
+            nonpreemptible += total
+    return allocated, nonpreemptible, requested
