@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from kai_ray.config.errors import ConfigError
-from kai_ray.core import ClusterSnapshot, CycleResult, QueueInfo, SchedulerConfig, run_cycle
+from kai_ray.core import ClusterSnapshot, CycleCache, CycleResult, QueueInfo, SchedulerConfig, run_cycle
 from kai_ray.core.cluster import Job
 from kai_ray.core.policy import DEFAULT_POLICY, Policy
 
@@ -46,7 +46,9 @@ class SimPolicy:
     about: str = ""
 
     def cycle(self) -> CycleFn:
-        return functools.partial(run_cycle, policy=self.hooks)
+        """The controller's cycle with these hooks: incremental (a cache per simulation),
+        the garbage collector paused inside it as a long-lived scheduler does."""
+        return functools.partial(run_cycle, policy=self.hooks, pause_gc=True, cache=CycleCache())
 
     def queues(self, team_queues: Sequence[QueueInfo]) -> list[QueueInfo]:
         """The queues the controller gets: the trace's, or the one pool."""
