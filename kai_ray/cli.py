@@ -27,7 +27,14 @@ from kai_ray.sim import commands as sim_commands
 __all__ = ["build_parser", "main"]
 
 EXIT_USAGE = 2
-_CONTRIBUTORS = (scenario_commands, bench_commands, sim_commands, api_commands, operator_commands, snapshot_commands)
+_CONTRIBUTORS = (
+    scenario_commands,
+    bench_commands,
+    sim_commands,
+    api_commands,
+    operator_commands,
+    snapshot_commands,
+)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -13,7 +13,9 @@ __all__ = ["add_commands"]
 
 
 def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    snapshot = subparsers.add_parser("snapshot", help="save the scheduler's state for `kai-ray sim --snapshot`")
+    snapshot = subparsers.add_parser(
+        "snapshot", help="save the scheduler's state for `kai-ray sim --snapshot`"
+    )
     sub = snapshot.add_subparsers(dest="snapshot_command", required=True)
     save = sub.add_parser(
         "save",

@@ -74,7 +74,9 @@ def build_snapshot(
 # ---------------------------------------------------------------- writing
 
 
-def write_snapshot(snapshot: ClusterSnapshot, config: SchedulerConfig, now: float, source: str) -> dict[str, Any]:
+def write_snapshot(
+    snapshot: ClusterSnapshot, config: SchedulerConfig, now: float, source: str
+) -> dict[str, Any]:
     """The JSON document (plain data: json.dumps it)."""
     return {
         "format": SNAPSHOT_FORMAT,
@@ -121,7 +123,7 @@ def read_snapshot(data: Any) -> SnapshotFile:
     """The snapshot of a document; SnapshotFormatError naming the field otherwise."""
     if not isinstance(data, dict) or data.get("format") != SNAPSHOT_FORMAT:
         raise SnapshotFormatError(
-            f"format: not a kai-ray snapshot (expected \"format\": \"{SNAPSHOT_FORMAT}\"); "
+            f'format: not a kai-ray snapshot (expected "format": "{SNAPSHOT_FORMAT}"); '
             "write one with `kai-ray snapshot save FILE`"
         )
     if data.get("version") != SNAPSHOT_VERSION:
@@ -130,22 +132,30 @@ def read_snapshot(data: Any) -> SnapshotFile:
             f"{SNAPSHOT_VERSION}); save the snapshot again with this kai-ray"
         )
     nodes = [_node(n, i) for i, n in enumerate(_list(data, "nodes"))]
-    queues = [_build(QueueInfo, q, f"queues[{i}]", tuples=("quota", "limit", "over_quota_weight")) for i, q in enumerate(_list(data, "queues"))]
+    queues = [
+        _build(QueueInfo, q, f"queues[{i}]", tuples=("quota", "limit", "over_quota_weight"))
+        for i, q in enumerate(_list(data, "queues"))
+    ]
     jobs = [_job(j, i) for i, j in enumerate(_list(data, "jobs"))]
     usage = {str(k): _triple(v, f"usage.{k}") for k, v in (data.get("usage") or {}).items()}
     snapshot = ClusterSnapshot(nodes=nodes, queues=queues, jobs=jobs, usage=usage)
     now = data.get("now")
     if not isinstance(now, int | float):
         raise SnapshotFormatError("now: must be the snapshot's time in seconds")
-    return SnapshotFile(snapshot, config_from_json(data.get("config") or {}), float(now), str(data.get("source", "")))
+    return SnapshotFile(
+        snapshot, config_from_json(data.get("config") or {}), float(now), str(data.get("source", ""))
+    )
 
 
 def config_from_json(data: Mapping[str, Any]) -> SchedulerConfig:
     data = dict(data)
-    topologies = {name: Topology(name, tuple(levels)) for name, levels in (data.pop("topologies", None) or {}).items()}
+    topologies = {
+        name: Topology(name, tuple(levels)) for name, levels in (data.pop("topologies", None) or {}).items()
+    }
     if "actions" in data:
         data["actions"] = tuple(data["actions"])
-    return _build(SchedulerConfig, {**data, "topologies": topologies}, "config")
+    config: SchedulerConfig = _build(SchedulerConfig, {**data, "topologies": topologies}, "config")
+    return config
 
 
 def _list(data: Mapping[str, Any], key: str) -> list[Any]:
@@ -171,7 +181,9 @@ def _build(cls: Any, data: Any, where: str, tuples: tuple[str, ...] = ()) -> Any
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - known)
     if unknown:
-        raise SnapshotFormatError(f"{where}.{unknown[0]}: unknown field; the fields are {', '.join(sorted(known))}")
+        raise SnapshotFormatError(
+            f"{where}.{unknown[0]}: unknown field; the fields are {', '.join(sorted(known))}"
+        )
     values = {k: _triple(v, f"{where}.{k}") if k in tuples else v for k, v in data.items()}
     try:
         return cls(**values)

@@ -52,7 +52,8 @@ def _nodes(groups: Sequence[Any], where: str) -> list[NodeInfo]:
         unknown = set(g) - {"count", "gpus", "cpu", "memory", "gpuMemory", "labels"}
         if unknown:
             raise ConfigError(
-                f"unknown key {sorted(unknown)[0]!r}; use count, gpus, cpu, memory, gpuMemory, labels", field=at
+                f"unknown key {sorted(unknown)[0]!r}; use count, gpus, cpu, memory, gpuMemory, labels",
+                field=at,
             )
         count = _whole(g.get("count", 1), f"{at}.count", 1)
         gpus = _whole(g.get("gpus", 0), f"{at}.gpus", 0)
@@ -63,9 +64,7 @@ def _nodes(groups: Sequence[Any], where: str) -> list[NodeInfo]:
         for _ in range(count):
             name = f"node-{len(nodes):05d}"
             nodes.append(
-                NodeInfo(
-                    name, gpus, cpu, memory, gpu_memory, labels={**labels, HOSTNAME_LABEL: name}
-                )
+                NodeInfo(name, gpus, cpu, memory, gpu_memory, labels={**labels, HOSTNAME_LABEL: name})
             )
     return nodes
 

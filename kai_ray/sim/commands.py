@@ -54,7 +54,7 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     sim.add_argument(
         "--checkpoint",
         default=str(DEFAULT_CHECKPOINT_S),
-        help=f"a job's checkpoint interval (run time; default {DEFAULT_CHECKPOINT_S:g}s; 0: never loses work)",
+        help=f"a job's checkpoint interval in run time (default {DEFAULT_CHECKPOINT_S:g}s; 0: loses nothing)",
     )
     sim.add_argument(
         "--period",
@@ -62,7 +62,9 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
         help=f"scheduling period: 0 = a cycle at every event time (default {DEFAULT_PERIOD_S:g})",
     )
     sim.add_argument("--config", help="a scheduler options file (the policies' base configuration)")
-    sim.add_argument("--events", action="store_true", help="also write DIR/events-POLICY.csv (every job event)")
+    sim.add_argument(
+        "--events", action="store_true", help="also write DIR/events-POLICY.csv (every job event)"
+    )
     sim.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     sim.add_argument("--snapshot", help="a `kai-ray snapshot save` file: replay its cycle")
     sim.add_argument("--json", action="store_true", help="with --snapshot: print the decisions as JSON")
@@ -74,9 +76,15 @@ def _run(args: argparse.Namespace) -> int:
         from kai_ray.sim.snapshot import replay_command
 
         return replay_command(args)
-    missing = [flag for flag, value in (("--trace", args.trace), ("--cluster", args.cluster), ("--out", args.out)) if not value]
+    missing = [
+        flag
+        for flag, value in (("--trace", args.trace), ("--cluster", args.cluster), ("--out", args.out))
+        if not value
+    ]
     if missing:
-        raise ConfigError(f"{', '.join(missing)} missing; kai-ray sim needs --trace, --cluster and --out (or --snapshot)")
+        raise ConfigError(
+            f"{', '.join(missing)} missing; kai-ray sim needs --trace, --cluster and --out (or --snapshot)"
+        )
     return _simulate(args)
 
 
@@ -100,7 +108,9 @@ def _simulate(args: argparse.Namespace) -> int:
     policies = [make_policy(name, base) for name in dict.fromkeys(args.policy)]
     jobs = read_trace(args.trace, start, end)
     if not jobs:
-        raise ConfigError("no jobs were submitted between --from and --to; widen the window", field="--from/--to")
+        raise ConfigError(
+            "no jobs were submitted between --from and --to; widen the window", field="--from/--to"
+        )
     queues = sim_queues(args.queues, sorted({j.queue for j in jobs}), nodes)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -113,7 +123,8 @@ def _simulate(args: argparse.Namespace) -> int:
             bar.close(sim)
         metrics.summary["peak_memory_mib"] = peak_memory_mib()
         print(
-            f"kai-ray sim: {policy.name}: {metrics.summary['completed']} jobs in {metrics.summary['wall_s']:.1f}s, "
+            f"kai-ray sim: {policy.name}: {metrics.summary['completed']} jobs in "
+            f"{metrics.summary['wall_s']:.1f}s, "
             f"{sim.steps} steps, peak memory {metrics.summary['peak_memory_mib']:.0f} MiB",
             file=sys.stderr,
         )

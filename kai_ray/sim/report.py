@@ -79,7 +79,9 @@ def _fmt(value: Any, scale: float = 1.0, digits: int = 2) -> str:
 
 
 def _facts(extra: dict[str, Any]) -> str:
-    rows = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in extra.items())
+    rows = "".join(
+        f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in extra.items()
+    )
     return f"<table>{rows}</table>"
 
 
@@ -138,7 +140,10 @@ def _queue_table(m: Metrics) -> str:
 
 def _figure(png: bytes, caption: str) -> str:
     data = base64.b64encode(png).decode("ascii")
-    return f'<figure><img alt="{html.escape(caption)}" src="data:image/png;base64,{data}"><figcaption>{html.escape(caption)}</figcaption></figure>'
+    alt = html.escape(caption)
+    return (
+        f'<figure><img alt="{alt}" src="data:image/png;base64,{data}"><figcaption>{alt}</figcaption></figure>'
+    )
 
 
 def _png(fig: Any) -> bytes:
@@ -152,7 +157,8 @@ def _png(fig: Any) -> bytes:
 
 
 def _days(edges: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    return (edges[:-1] + edges[1:]) / 2 / 86400.0
+    centres: np.ndarray[Any, Any] = (edges[:-1] + edges[1:]) / 2 / 86400.0
+    return centres
 
 
 def _utilisation(results: Sequence[Metrics], edges: np.ndarray[Any, Any]) -> bytes:
@@ -176,7 +182,9 @@ def _cdfs(results: Sequence[Metrics]) -> bytes:
         for ax, values in zip(axes, (m.jct, m.delays), strict=True):
             v = np.sort(np.asarray(values, dtype=np.float64)) / HOUR
             if len(v):
-                ax.step(np.maximum(v, 1e-3), np.arange(1, len(v) + 1) / len(v), label=m.policy.name, where="post")
+                ax.step(
+                    np.maximum(v, 1e-3), np.arange(1, len(v) + 1) / len(v), label=m.policy.name, where="post"
+                )
     for ax, what in zip(axes, ("job completion time (h)", "queueing delay (h)"), strict=True):
         ax.set_xscale("log")
         ax.set_xlabel(what)
@@ -209,7 +217,14 @@ def _fair_shares(m: Metrics, edges: np.ndarray[Any, Any]) -> bytes:
     for i, team in enumerate(top):
         color = f"C{i}"
         ax.plot(_days(edges), m.held_series[team].means(edges), color=color, lw=1, label=f"{team} held")
-        ax.plot(_days(edges), m.fair_series[team].means(edges), color=color, lw=1, ls="--", label=f"{team} fair share")
+        ax.plot(
+            _days(edges),
+            m.fair_series[team].means(edges),
+            color=color,
+            lw=1,
+            ls="--",
+            label=f"{team} fair share",
+        )
     ax.set_xlabel("day")
     ax.set_ylabel("GPUs")
     ax.legend(fontsize="small", ncol=2)

@@ -47,7 +47,9 @@ def decisions_json(result: CycleResult) -> dict[str, Any]:
         if isinstance(d, Bind):
             binds.append({"job": d.job, "task": d.task, "node": d.node})
         elif isinstance(d, Evict):
-            evicts.append({"job": d.job, "task": d.task, "node": d.node, "action": d.action, "reason": d.reason})
+            evicts.append(
+                {"job": d.job, "task": d.task, "node": d.node, "action": d.action, "reason": d.reason}
+            )
         elif isinstance(d, Pipeline):
             pipelined.append({"job": d.job, "task": d.task, "node": d.node})
     return {
@@ -56,7 +58,11 @@ def decisions_json(result: CycleResult) -> dict[str, Any]:
         "pipeline": pipelined,
         "waiting": {job: {"code": r.code, "reason": r.text} for job, r in sorted(result.waiting.items())},
         "queues": {
-            name: {"fair_share": list(q.fair_share), "allocated": list(q.allocated), "requested": list(q.requested)}
+            name: {
+                "fair_share": list(q.fair_share),
+                "allocated": list(q.allocated),
+                "requested": list(q.requested),
+            }
             for name, q in result.queues.items()
         },
     }
@@ -65,7 +71,10 @@ def decisions_json(result: CycleResult) -> dict[str, Any]:
 def _text(data: dict[str, Any]) -> str:
     lines = [f"{len(data['bind'])} binds, {len(data['evict'])} evictions, {len(data['pipeline'])} pipelined"]
     lines += [f"bind     {b['job']}/{b['task']} -> {b['node']}" for b in data["bind"]]
-    lines += [f"evict    {e['job']}/{e['task']} on {e['node']} ({e['action']}: {e['reason']})" for e in data["evict"]]
+    lines += [
+        f"evict    {e['job']}/{e['task']} on {e['node']} ({e['action']}: {e['reason']})"
+        for e in data["evict"]
+    ]
     lines += [f"pipeline {p['job']}/{p['task']} -> {p['node']}" for p in data["pipeline"]]
     if data["waiting"]:
         lines.append(f"{len(data['waiting'])} waiting:")

@@ -22,7 +22,16 @@ __all__ = ["GENERIC_COLUMNS", "PHILLY_COLUMNS", "SimJob", "TraceError", "read_tr
 PHILLY_COLUMNS = ("timestamp", "duration", "num_gpus", "gpu_time", "cluster")
 # Required first, then optional (with their defaults in docs/simulator.md).
 GENERIC_REQUIRED = ("submit_time", "duration", "gpus", "queue")
-GENERIC_COLUMNS = (*GENERIC_REQUIRED, "cpu", "memory", "priority", "gang_size", "min_workers", "max_workers", "name")
+GENERIC_COLUMNS = (
+    *GENERIC_REQUIRED,
+    "cpu",
+    "memory",
+    "priority",
+    "gang_size",
+    "min_workers",
+    "max_workers",
+    "name",
+)
 PHILLY_NODE_GPUS = 8  # Philly's machines: a job over 8 GPUs spans nodes of 8
 
 

@@ -35,5 +35,7 @@ def simulate(
     names = sorted({j.queue for j in jobs})
     if queues is None:
         queues = [QueueInfo(name=n) for n in names]
-    sim = Simulation(jobs, nodes, queues, make_policy(policy), Options(checkpoint_s=checkpoint_s, event_log=True))
+    sim = Simulation(
+        jobs, nodes, queues, make_policy(policy), Options(checkpoint_s=checkpoint_s, event_log=True)
+    )
     return sim, sim.run()
