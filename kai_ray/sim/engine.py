@@ -85,6 +85,7 @@ class Simulation:
         self.ctl.refresh_nodes()
         self.runs: dict[str, JobRun] = {j.id: JobRun(j, j.queue, j.duration) for j in self.jobs}
         self.queued: set[str] = set()  # submitted, waiting to run
+        self.growing: set[str] = set()  # elastic, running below its most workers
         self.heap: list[tuple[float, str]] = []  # (end of a run, run id)
         self.metrics = Metrics(self.queues, self.nodes, self.policy, self.options.event_log)
         self.steps = 0
@@ -104,10 +105,13 @@ class Simulation:
             while i < len(jobs) and jobs[i].submit <= t:
                 self._submit(jobs[i], t)
                 i += 1
-            # Runs that ended free room only someone waiting could use; a usage history
+            # Runs that ended free room only someone waiting (or an elastic job below its
+            # most workers) could use; a usage history
             # (time-based fair share) is recorded by steps, so then every end is one.
-            if i > first or (ended and (self.queued or self.ctl.usage is not None)):
+            if i > first or (ended and (self.queued or self.growing or self.ctl.usage is not None)):
                 self._steps(t)
+            elif ended:
+                self.metrics.settled(t)
             if self.progress is not None:
                 self.progress(self)
         self.metrics.close(self.clock.t, self.runs.values(), time.perf_counter() - started, self.steps)
@@ -215,6 +219,10 @@ class Simulation:
     def held(self, wid: str, gpus: float) -> None:
         run = self.runs[wid]
         run.gpus += gpus
+        if run.job.min_workers and 0 < run.gpus < run.job.total_gpus:
+            self.growing.add(wid)  # room that frees up may let it grow
+        else:
+            self.growing.discard(wid)
         self.metrics.held(run, self.clock.t, gpus)
 
 

@@ -115,6 +115,15 @@ class Metrics:
                 self.fair_series[team].record(t, value)
         self._fairness(t)
 
+    def settled(self, t: float) -> None:
+        """Runs ended and nobody waits: no step runs. Every queue's request is then met
+        (it asks for what it holds), so its fair share is what it holds."""
+        for team in self.teams:
+            if self.fair_now[team] != self.held_now[team]:
+                self.fair_now[team] = self.held_now[team]
+                self.fair_series[team].record(t, self.held_now[team])
+        self._fairness(t)
+
     def _pooled_fair_shares(self, requested: Mapping[str, float]) -> dict[str, float]:
         tree = build_queue_tree(self.queue_list)
         leaf = np.zeros((len(tree), 3))

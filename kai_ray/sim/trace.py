@@ -8,6 +8,7 @@ produced by a script, and the first bad row is where that script went wrong.
 from __future__ import annotations
 
 import csv
+import gzip
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -61,12 +62,16 @@ class SimJob:
 
 
 def read_trace(path: str | Path, start: float | None = None, end: float | None = None) -> list[SimJob]:
-    """The jobs of `path` (Philly or generic, told apart by the header), sorted by submit
+    """The jobs of `path` (Philly or generic, told apart by the header; gzipped when it
+    ends in .gz), sorted by submit
     time; `start`/`end`: keep only jobs submitted in [start, end) (seconds from the first
     submission), shifted so that `start` is time 0."""
     path = Path(path)
     try:
-        handle = path.open(newline="", encoding="utf-8")
+        if path.suffix == ".gz":
+            handle = gzip.open(path, "rt", newline="", encoding="utf-8")
+        else:
+            handle = path.open(newline="", encoding="utf-8")
     except OSError as exc:
         raise TraceError(f"cannot read the trace: {exc.strerror}", path=path) from None
     with handle:

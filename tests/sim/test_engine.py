@@ -111,3 +111,37 @@ def test_unequal_shares_lower_jain_index() -> None:
     jobs = [job("A", 0, 100, 4, queue="a"), job("B", 0, 100, 2, queue="b")]
     _, m = simulate(jobs, "fifo", queues=queues)
     assert m.summary["jain_index"] == pytest.approx((0.5 * 100 + 1.0 * 100) / 200)
+
+
+def test_a_scheduling_period_handles_events_at_its_end() -> None:
+    from kai_ray.sim.cluster import parse_cluster
+    from kai_ray.sim.engine import Options, Simulation
+    from kai_ray.sim.policies import make_policy
+
+    jobs = [job("A", 3, 20, 1), job("B", 12, 5, 1)]
+    sim = Simulation(
+        jobs, parse_cluster("1x4"), [QueueInfo(name="a")], make_policy("default"), Options(period_s=10)
+    )
+    m = sim.run()
+    assert (sim.runs["A"].first_start, sim.runs["B"].first_start) == (10, 20)
+    assert sim.runs["A"].finished == 30 and sim.runs["B"].finished == 25
+    assert m.summary["queueing_delay_s"]["mean"] == pytest.approx((7 + 8) / 2)
+
+
+def test_an_elastic_job_grows_into_free_gpus() -> None:
+    from kai_ray.sim.trace import SimJob
+
+    elastic = SimJob(id="E", submit=0, duration=100, queue="a", workers=4, gpus=1, min_workers=2)
+    sim, m = simulate([job("A", 0, 50, 2), elastic], "default")
+    log = [(e[1], e[2], e[4]) for e in m.events or []]
+    assert ("start", "E", 2.0) in log  # its gang of 2 while A holds the other 2
+    assert ("finish", "E", 4.0) in log  # it grew to 4 once A finished
+    assert sim.runs["E"].finished == 100
+
+
+def test_fair_share_follows_what_is_held_when_nobody_waits() -> None:
+    # b's job ends at 50 while nobody waits (no step runs): its fair share drops to 0.
+    queues = [QueueInfo(name="a", quota=(2, 0, 0)), QueueInfo(name="b", quota=(2, 0, 0))]
+    _, m = simulate([job("A", 0, 100, 2, queue="a"), job("B", 0, 50, 2, queue="b")], "default", queues=queues)
+    assert m.summary["queues"]["b"]["mean_fair_share_gpus"] == pytest.approx(2 * 50 / 100)
+    assert m.summary["jain_index"] == pytest.approx(1.0)
