@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TextIO
 
 from kai_ray.config.errors import ConfigError
 from kai_ray.core.quantity import parse_quantity
@@ -68,10 +69,7 @@ def read_trace(path: str | Path, start: float | None = None, end: float | None =
     submission), shifted so that `start` is time 0."""
     path = Path(path)
     try:
-        if path.suffix == ".gz":
-            handle = gzip.open(path, "rt", newline="", encoding="utf-8")
-        else:
-            handle = path.open(newline="", encoding="utf-8")
+        handle = _open(path)
     except OSError as exc:
         raise TraceError(f"cannot read the trace: {exc.strerror}", path=path) from None
     with handle:
@@ -91,6 +89,12 @@ def read_trace(path: str | Path, start: float | None = None, end: float | None =
     for j in kept:
         j.submit -= lo
     return kept
+
+
+def _open(path: Path) -> TextIO:
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", newline="", encoding="utf-8")  # noqa: SIM115 (the caller closes it)
+    return path.open(newline="", encoding="utf-8")
 
 
 _Row = tuple[int, dict[str, str]]
