@@ -93,7 +93,7 @@ def read_trace(path: str | Path, start: float | None = None, end: float | None =
 
 def _open(path: Path) -> TextIO:
     if path.suffix == ".gz":
-        return gzip.open(path, "rt", newline="", encoding="utf-8")  # noqa: SIM115 (the caller closes it)
+        return gzip.open(path, "rt", newline="", encoding="utf-8")
     return path.open(newline="", encoding="utf-8")
 
 
