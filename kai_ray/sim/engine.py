@@ -24,8 +24,8 @@ from typing import Any
 from kai_ray.control import Controller
 from kai_ray.control.memory import ManualClock, MemoryCluster
 from kai_ray.control.validate import SubmitError
-from kai_ray.control.workload import WorkloadSpec, group_owner
-from kai_ray.core import NodeInfo, Pipeline, QueueInfo
+from kai_ray.control.workload import State, WorkloadSpec, group_owner
+from kai_ray.core import CycleResult, Evict, NodeInfo, Pipeline, QueueInfo
 from kai_ray.sim.metrics import Metrics
 from kai_ray.sim.policies import POOL_QUEUE, SimPolicy
 from kai_ray.sim.ports import NullStore, SimActuator
@@ -123,14 +123,29 @@ class Simulation:
 
     def _steps(self, t: float) -> None:
         for _ in range(MAX_STEPS_AT_ONCE):
-            step = self.ctl.step(refresh_nodes=False)
+            result = self._step(t)
             self.steps += 1
-            self._start_reserved()
-            self.metrics.sample_queues(t, step.result, self._team_requests())
+            self.metrics.sample_queues(t, result, self._team_requests())
             # Evictions free their room at once (no grace period): what the step could
             # only pipeline onto it is placed by another step at the same time.
-            if not any(isinstance(d, Pipeline) for d in step.result.decisions):
+            if not any(isinstance(d, Pipeline) for d in result.decisions):
                 break
+
+    def _step(self, t: float) -> CycleResult:
+        """Controller.step() without its observation pass over every live workload: this
+        backend reports each change as it happens instead, as Ray's watch does through
+        group_ready(): runs' ends through finish(), reservations ready at once. The pass
+        would cost O(running jobs) per step, more than the cycle itself. The cluster
+        does not change, so nodes are not refreshed either."""
+        result = self.ctl.cycle(t)
+        self.ctl.flush()
+        self._start_reserved()
+        for d in result.decisions:
+            w = self.ctl.workloads.get(d.job) if isinstance(d, Evict) else None
+            if w is not None and w.state is State.RUNNING:
+                # An elastic job's surplus taken back: given up now (no grace period).
+                self.ctl.group_ready(w.gang_group)
+        return result
 
     def _team_requests(self) -> dict[str, float] | None:
         """GPUs asked for per team (held + waiting): a pooled policy's fair shares are

@@ -63,6 +63,8 @@ class Metrics:
         self.preemptions = 0
         self.summary: dict[str, Any] = {}
         self.end = 0.0
+        self._tree = build_queue_tree(self.queue_list)
+        self._pooled_key: tuple[float, ...] = ()
         self.jct: list[float] = []  # per completed job, for the plots
         self.delays: list[float] = []
 
@@ -125,7 +127,11 @@ class Metrics:
         self._fairness(t)
 
     def _pooled_fair_shares(self, requested: Mapping[str, float]) -> dict[str, float]:
-        tree = build_queue_tree(self.queue_list)
+        key = tuple(requested[t] for t in self.teams)
+        if key == self._pooled_key:  # the same requests: the same shares
+            return self.fair_now
+        self._pooled_key = key
+        tree = self._tree
         leaf = np.zeros((len(tree), 3))
         for team, gpus in requested.items():
             leaf[tree.index[team], 0] = gpus

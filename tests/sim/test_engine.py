@@ -145,3 +145,15 @@ def test_fair_share_follows_what_is_held_when_nobody_waits() -> None:
     _, m = simulate([job("A", 0, 100, 2, queue="a"), job("B", 0, 50, 2, queue="b")], "default", queues=queues)
     assert m.summary["queues"]["b"]["mean_fair_share_gpus"] == pytest.approx(2 * 50 / 100)
     assert m.summary["jain_index"] == pytest.approx(1.0)
+
+
+def test_reclaiming_an_elastic_jobs_surplus_is_no_preemption() -> None:
+    from kai_ray.sim.trace import SimJob
+
+    queues = [QueueInfo(name="a", quota=(2, 0, 0)), QueueInfo(name="b", quota=(2, 0, 0))]
+    elastic = SimJob(id="E", submit=0, duration=1000, queue="a", workers=4, gpus=1, min_workers=1)
+    sim, m = simulate([elastic, job("B", 100, 50, 2, queue="b")], "default", queues=queues)
+    assert sim.runs["B"].first_start == 100  # b's quota taken back from E's surplus
+    assert sim.runs["E"].preemptions == 0 and sim.runs["E"].finished == 1000
+    held = m.held_series["a"]
+    assert (held.values[0], held.mean(100, 150)) == (4.0, 2.0)
