@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = ["EVENT_COLUMNS", "Metrics", "stats"]
 
+SERIES_BINS = 200  # windows of the series over time in summary.json
 EVENT_COLUMNS = ("time", "event", "job", "queue", "gpus", "detail")
 Event = tuple[float, str, str, str, float, str]
 
@@ -175,10 +176,29 @@ class Metrics:
             "gpu_utilisation": self.used.mean(0.0, makespan) / self.total_gpus if self.total_gpus else 0.0,
             "jain_index": float(np.diff(self.jain.integral(span))[0]) / asking_time if asking_time else None,
             "queues": {team: self._queue_figures(team, runs, makespan) for team in self.teams},
+            "series": self.series(makespan),
             "wall_s": wall_s,
             "steps": steps,
         }
         return self.summary
+
+    def series(self, end: float, bins: int = SERIES_BINS) -> dict[str, Any]:
+        """The figures over time: time-weighted means over `bins` equal windows of [0, end]
+        (Jain's index: over the part of each window when some queue asked; null if none)."""
+        edges = np.linspace(0.0, end, bins + 1) if end > 0 else np.array([0.0, 1.0])
+        asking = self.asking.means(edges)
+        jain = np.divide(self.jain.means(edges), asking, out=np.full(len(asking), np.nan), where=asking > 0)
+
+        def rounded(values: np.ndarray[Any, Any], digits: int = 4) -> list[float | None]:
+            return [None if np.isnan(v) else round(float(v), digits) for v in values]
+
+        return {
+            "window_s": float(edges[1] - edges[0]),
+            "gpu_utilisation": rounded(self.used.means(edges) / max(self.total_gpus, 1e-9)),
+            "jain_index": rounded(jain),
+            "gpus_held": {t: rounded(self.held_series[t].means(edges), 2) for t in self.teams},
+            "fair_share_gpus": {t: rounded(self.fair_series[t].means(edges), 2) for t in self.teams},
+        }
 
     def _job_figures(self, runs: Sequence[JobRun]) -> dict[str, Any]:
         done = [r for r in runs if r.finished is not None]

@@ -160,3 +160,15 @@ def test_an_empty_window_is_refused(tmp_path: Path, capsys: pytest.CaptureFixtur
     args = ["sim", "--trace", str(trace), "--cluster", "2x8", "--out", str(tmp_path), "--from", "30d"]
     assert main(args) == 2
     assert "no jobs were submitted between --from and --to" in capsys.readouterr().err
+
+
+def test_series_over_time_match_the_totals(run: Path) -> None:
+    for s in json.loads((run / "summary.json").read_text())["policies"].values():
+        series = s["series"]
+        util = series["gpu_utilisation"]
+        assert len(util) == 200
+        assert series["window_s"] * 200 == pytest.approx(s["makespan_s"])
+        assert sum(util) / len(util) == pytest.approx(s["gpu_utilisation"], rel=1e-3)
+        for team, q in s["queues"].items():
+            held = series["gpus_held"][team]
+            assert sum(held) / len(held) == pytest.approx(q["mean_gpus_held"], rel=1e-2, abs=1e-2)
