@@ -166,8 +166,15 @@ def _philly_workers(gpus: int) -> int:
 
 
 def _generic(rows: Iterator[_Row], path: Path) -> Iterator[SimJob]:
+    names: dict[str, int] = {}
     for line, row in rows:
         f = _Field(path, line, row)
+        name = row.get("name", "")
+        if "/" in name:
+            raise f.error("name", f"{name!r} contains '/'; job names may not")
+        if name and name in names:
+            raise f.error("name", f"{name!r} is already the name of line {names[name]}; names must be unique")
+        names[name] = line
         max_workers = int(f.number("max_workers", default=0.0, minimum=0.0, whole=True))
         gang = int(f.number("gang_size", default=1.0, minimum=1.0, whole=True))
         min_workers = int(f.number("min_workers", default=0.0, minimum=0.0, whole=True))
@@ -182,7 +189,7 @@ def _generic(rows: Iterator[_Row], path: Path) -> Iterator[SimJob]:
         if gpus > 1 and gpus != int(gpus):
             raise f.error("gpus", f"{gpus:g}: above 1 a GPU count must be whole (below 1: a fraction)")
         yield SimJob(
-            id=row.get("name") or f"job-{line - 1}",
+            id=name or f"job-{line - 1}",
             submit=f.number("submit_time", minimum=0.0),
             duration=f.number("duration", minimum=0.0),
             queue=f.text("queue"),

@@ -157,3 +157,16 @@ def test_reclaiming_an_elastic_jobs_surplus_is_no_preemption() -> None:
     assert sim.runs["E"].preemptions == 0 and sim.runs["E"].finished == 1000
     held = m.held_series["a"]
     assert (held.values[0], held.mean(100, 150)) == (4.0, 2.0)
+
+
+def test_time_based_fair_share_favours_the_queue_that_used_less() -> None:
+    # a held the whole node for 10,000 s; then a and b ask for 4 GPUs each at once.
+    queues = [QueueInfo(name="a"), QueueInfo(name="b")]
+    jobs = [job("hog", 0, 10000, 4, queue="a")]
+    jobs += [job(f"{q}{i}", 10000, 5000, 1, queue=q) for q in "ab" for i in range(4)]
+    held = {}
+    for policy in ("default", "timeshare"):
+        _, m = simulate(jobs, policy, queues=queues)
+        held[policy] = {q: m.held_series[q].mean(10000, 15000) for q in "ab"}
+    assert held["default"] == {"a": 2.0, "b": 2.0}  # no memory: an equal split
+    assert held["timeshare"]["b"] > held["timeshare"]["a"]  # a's past use counts against it

@@ -131,3 +131,12 @@ def test_a_queues_file_must_hold_every_trace_queue(tmp_path: Path) -> None:
     path.write_text("- name: a\n")
     with pytest.raises(ConfigError, match=r"queue 'b'.*not a leaf queue of this file"):
         sim_queues(str(path), ["a", "b"], parse_cluster("1x8"))
+
+
+def test_job_names_must_be_unique_and_plain(tmp_path: Path) -> None:
+    path = write_csv(tmp_path / "g.csv", "submit_time,duration,gpus,queue,name", ["0,1,1,a,x", "1,1,1,a,x"])
+    with pytest.raises(TraceError, match="line 3: column 'name': 'x' is already the name of line 2"):
+        read_trace(path)
+    path = write_csv(tmp_path / "g.csv", "submit_time,duration,gpus,queue,name", ["0,1,1,a,x/y"])
+    with pytest.raises(TraceError, match="contains '/'"):
+        read_trace(path)
