@@ -26,7 +26,14 @@ from kai_ray.control.events import Admitted, ControlEvent, Preempted, WorkloadCh
 from kai_ray.control.planner import JobPlan, plan_cycle
 from kai_ray.control.ports import ActionFailed, Actuator, Clock, ClusterSource, Store, WorkerPlacement
 from kai_ray.control.queues import QueueChange, plan_apply, plan_delete, queue_from_json, queue_holders
-from kai_ray.control.snapshot import NODE_TOPOLOGY, JobInfos, held_by_workloads, request_for, same_nodes
+from kai_ray.control.snapshot import (
+    NODE_TOPOLOGY,
+    JobInfos,
+    Lazily,
+    held_by_workloads,
+    request_for,
+    same_nodes,
+)
 from kai_ray.control.store import Records
 from kai_ray.control.usage import cluster_capacity, history_for, queue_allocation
 from kai_ray.control.validate import SubmitError, same_spec, validate_spec
@@ -144,7 +151,8 @@ class Controller:
         return orphans
 
     def refresh_nodes(self) -> None:
-        held = held_by_workloads(self.workloads.values(), self.nodes)
+        workloads, before = list(self.workloads.values()), self.nodes
+        held = Lazily(lambda: held_by_workloads(workloads, before, self._infos.request))
         self.nodes = same_nodes(self.nodes, self.cluster.nodes(held))
         self._accepted.clear()
 
@@ -302,7 +310,9 @@ class Controller:
         self._apply(plan.jobs, now)
         for wid, reason in plan.waiting.items():
             waiting = self.workloads.get(wid)
-            if waiting is not None and waiting.state is State.QUEUED and wid not in plan.jobs:
+            if waiting is None or waiting.state is not State.QUEUED or wid in plan.jobs:
+                continue
+            if (waiting.reason, waiting.reason_code) != (reason.text, reason.code):
                 lc.transition(waiting, lc.Waiting(reason.text, reason.code), now)
         return result
 
@@ -346,7 +356,7 @@ class Controller:
             self._fire(w, event, now, "admitting it" if w.state is State.ADMITTING else "following it")
 
     def _observe(self, w: Workload, now: float) -> list[lc.Event]:
-        nodes = {s.node for s in w.slots.values()} - self.nodes.keys()
+        nodes = {s.node for s in w.slots.values() if s.node not in self.nodes}  # no `- keys()`: it copies
         if nodes:
             return [lc.NodesLost(frozenset(nodes))]
         if w.state is State.ADMITTING:
@@ -356,7 +366,7 @@ class Controller:
         if w.state is State.PREEMPTING:
             return [lc.GraceOver()] if w.deadline is not None and w.deadline <= now else []
         events: list[lc.Event] = []
-        for task, s in w.ordered_slots():
+        for task, s in w.ordered_slots() if w.slots_in_motion() else ():  # most have none
             if s.state is SlotState.RELEASING and s.releasing_at is not None and s.releasing_at <= now:
                 events.append(lc.SurplusDue(task))
             elif s.state is SlotState.RESERVING and self.actuator.is_ready(s.group):

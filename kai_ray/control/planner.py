@@ -46,13 +46,13 @@ class Plan:
 
 def plan_cycle(result: CycleResult, jobs: Iterable[JobInfo], nodes: Iterable[str] | None = None) -> Plan:
     """Check and group `result`'s decisions by job (`jobs`: the cycle's input)."""
-    tasks = {(job.name, t.name): t for job in jobs for t in job.tasks}
+    tasks = _Tasks(jobs)
     known_nodes = None if nodes is None else set(nodes)
     placed: dict[tuple[str, str], Placed] = {}
     evicted: dict[tuple[str, str], Evict] = {}
     for d in result.decisions:
         key = (d.job, d.task)
-        if key not in tasks:
+        if tasks.get(key) is None:
             raise PlanError(f"{type(d).__name__} names an unknown task {d.task!r} of job {d.job!r}")
         seen = evicted if isinstance(d, Evict) else placed
         if key in seen:
@@ -77,6 +77,30 @@ def plan_cycle(result: CycleResult, jobs: Iterable[JobInfo], nodes: Iterable[str
         plan = plans.setdefault(key[0], JobPlan())
         (plan.binds if isinstance(p, Bind) else plan.pipelined).append(p)  # type: ignore[arg-type]
     return Plan(jobs=plans, waiting=dict(result.waiting), positions=_positions(result.queue_order))
+
+
+class _Tasks:
+    """(job, task) -> TaskInfo, indexing only the jobs that decisions name: a cycle with
+    a handful of decisions among thousands of jobs does not index every task."""
+
+    def __init__(self, jobs: Iterable[JobInfo]) -> None:
+        self._jobs = {job.name: job for job in jobs}
+        self._tasks: dict[str, dict[str, TaskInfo]] = {}
+
+    def get(self, key: tuple[str, str]) -> TaskInfo | None:
+        job, task = key
+        tasks = self._tasks.get(job)
+        if tasks is None:
+            info = self._jobs.get(job)
+            if info is None:
+                return None
+            tasks = self._tasks[job] = {t.name: t for t in info.tasks}
+        return tasks.get(task)
+
+    def __getitem__(self, key: tuple[str, str]) -> TaskInfo:
+        found = self.get(key)
+        assert found is not None, "looked up only after get() found it"
+        return found
 
 
 def _positions(order: Mapping[str, tuple[str, ...]]) -> dict[str, tuple[int, int]]:

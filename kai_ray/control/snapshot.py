@@ -9,7 +9,7 @@ other (extended) resource; quantities such as "16Gi" are parsed here.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from kai_ray.control.workload import HOLDING, SlotState, State, Workload
@@ -19,6 +19,7 @@ from kai_ray.core.quantity import parse_quantity
 __all__ = [
     "NODE_TOPOLOGY",
     "JobInfos",
+    "Lazily",
     "held_by_workloads",
     "job_info",
     "parse_resources",
@@ -111,6 +112,14 @@ class JobInfos:
     def changed(self, wid: str) -> None:
         self._infos.pop(wid, None)
 
+    def request(self, w: Workload) -> Request:
+        """The workload's request per worker (its spec's resources never change once it
+        is submitted), kept as long as its JobInfo is."""
+        cached = self._infos.get(w.id)
+        if cached is not None and cached[1].tasks:
+            return cached[1].tasks[0].request
+        return request_for(w.spec.resources_per_worker)
+
     def get(self, w: Workload) -> JobInfo:
         mark = (w.state, w.since, w.attempt)
         cached = self._infos.get(w.id)
@@ -131,18 +140,45 @@ def same_nodes(old: Mapping[str, NodeInfo], new: Iterable[NodeInfo]) -> dict[str
     return out
 
 
+class Lazily(Mapping[str, Mapping[str, float]]):
+    """A mapping made on first read: the controller hands a ClusterSource what its
+    workloads hold this way, so a source that never looks (the in-memory one, a
+    simulator's) does not pay for a pass over every workload each step."""
+
+    def __init__(self, make: Callable[[], Mapping[str, Mapping[str, float]]]) -> None:
+        self._make = make
+        self._value: Mapping[str, Mapping[str, float]] | None = None
+
+    def _made(self) -> Mapping[str, Mapping[str, float]]:
+        if self._value is None:
+            self._value = self._make()
+        return self._value
+
+    def __getitem__(self, key: str) -> Mapping[str, float]:
+        return self._made()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._made())
+
+    def __len__(self) -> int:
+        return len(self._made())
+
+
 def held_by_workloads(
-    workloads: Iterable[Workload], nodes: Mapping[str, NodeInfo]
+    workloads: Iterable[Workload],
+    nodes: Mapping[str, NodeInfo],
+    request_of: Callable[[Workload], Request] | None = None,
 ) -> dict[str, dict[str, float]]:
     """Per node, what the admitted workloads hold there, in the core's resource names
     (gpu, cpu, memory, extended). A reservation counts from the moment it is recorded,
     ready or not, so that an estimate of outside use errs towards less capacity, never
-    towards double booking."""
+    towards double booking. `request_of`: a workload's request per worker, when the
+    caller keeps them (JobInfos.request), else read from its spec."""
     held: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for w in workloads:
         if w.state not in HOLDING or not w.slots:
             continue
-        request = request_for(w.spec.resources_per_worker)
+        request = request_of(w) if request_of is not None else request_for(w.spec.resources_per_worker)
         for s in w.slots.values():
             node = nodes.get(s.node)
             gpu = request.gpu_fraction(node.gpu_memory) if node is not None else request.gpu

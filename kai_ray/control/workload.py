@@ -236,6 +236,12 @@ class Workload:
     def task_names(self) -> list[str]:
         return [task_name(i) for i in range(self.spec.workers)]
 
+    def slots_in_motion(self) -> bool:
+        """Whether a worker is on its way in (reserving) or out (releasing): only those
+        have news to observe. Identity checks: hashing enums is slow over thousands."""
+        reserving, releasing = SlotState.RESERVING, SlotState.RELEASING
+        return any(s.state is reserving or s.state is releasing for s in self.slots.values())
+
     def ordered_slots(self) -> list[tuple[str, Slot]]:
         """(task, slot) in worker order: the gang's first."""
         return sorted(self.slots.items(), key=lambda item: task_index(item[0]))

@@ -35,8 +35,7 @@ def allocate(ctx: CycleContext) -> None:
         if settled is not None and settled.all_fail():
             # No job left can place anything: queue order no longer matters, so each is
             # given its reason as allocate_step would, without ranking the queues.
-            for rest in order.remaining():
-                allocate_step(ctx, rest, "allocate", failed)
+            settled.settle(ctx, order.remaining())
             return
 
 
@@ -69,6 +68,21 @@ class _Settled:
     def pushed_back(self, job: Job) -> None:
         self.tried(job)
         self._add(job)
+
+    def settle(self, ctx: CycleContext, jobs: list[Job]) -> None:
+        """Each job's reason, as allocate_step gives it (all_fail() holds): a job with a
+        failed key and no queue check to make gets that key's reason, all in one go; the
+        others go through allocate_step."""
+        said: list[tuple[str, Reason]] = []
+        for job in jobs:
+            key = self.keys.get(id(job))
+            if key is None or capped(ctx.state, job):
+                allocate_step(ctx, job, "allocate", self.failed)
+                continue
+            reason = self.failed.reason(key)
+            assert reason is not None, "allocate remembers why each failed gang failed"
+            said.append((job.name, reason))
+        ctx.stmt.set_reasons(said)
 
     def all_fail(self) -> bool:
         return all(n == 0 or (key is not None and self.failed.known(key)) for key, n in self.count.items())

@@ -38,6 +38,7 @@ __all__ = [
     "build_state",
     "build_state_and_leaves",
     "charge_device",
+    "cluster_total",
     "extended_columns",
     "job_problem",
     "node_demand",
@@ -433,6 +434,12 @@ class _Builder:
         if self.releasing_rows:
             np.add.at(nodes.releasing, np.array(self.releasing_rows), np.array(self.releasing_demand))
         usage.set_leaves(self.leaf_allocated, self.leaf_nonpreemptible, self.leaf_requested)
+
+
+def cluster_total(nodes: Nodes) -> FloatArray:
+    """The capacity fair share splits: every node's gpu, cpu and memory, column by column."""
+    cap = nodes.capacity
+    return np.array([cap[:, 0].sum(), cap[:, 1].sum(), cap[:, 2].sum()]) if len(cap) else np.zeros(3)
 
 
 def subtree_sums(tree: QueueTree, leaf: FloatArray) -> FloatArray:

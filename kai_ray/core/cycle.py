@@ -9,7 +9,7 @@ from collections.abc import Callable, Collection, Iterator
 import numpy as np
 
 from kai_ray.core.allocate import allocate
-from kai_ray.core.cluster import ClusterState, FloatArray, Job, build_state
+from kai_ray.core.cluster import ClusterState, FloatArray, Job, build_state, cluster_total
 from kai_ray.core.context import CycleContext
 from kai_ray.core.evictions import EVICTION_ACTIONS
 from kai_ray.core.fairshare import FairShares, compute_fair_shares
@@ -116,7 +116,7 @@ def prepare_cycle(
             raise UnknownActionError(f"scheduler config: unknown action {name!r}; use one of {known}")
     if cache is None:
         state = build_state(snapshot, build_queue_tree(snapshot.queues))
-        total, placer = _cluster_total(state), Placer(state, config)
+        total, placer = cluster_total(state.nodes), Placer(state, config)
     else:
         state, placer, total = cache.prepare(snapshot, config, policy, changed)
     shares = compute_fair_shares(
@@ -150,11 +150,6 @@ def finish_cycle(ctx: CycleContext) -> CycleResult:
         queue_order=_queue_order(ctx),
         waiting=waiting,
     )
-
-
-def _cluster_total(state: ClusterState) -> FloatArray:
-    cap = state.nodes.capacity
-    return np.array([cap[:, 0].sum(), cap[:, 1].sum(), cap[:, 2].sum()]) if len(cap) else np.zeros(3)
 
 
 def _usage_array(snapshot: ClusterSnapshot, state: ClusterState) -> FloatArray | None:

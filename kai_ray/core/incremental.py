@@ -46,6 +46,7 @@ from kai_ray.core.cluster import (
     Task,
     build_state_and_leaves,
     charge_device,
+    cluster_total,
     job_problem,
     per_request,
 )
@@ -135,8 +136,7 @@ class CycleCache:
         self._config, self._policy = config, policy
         self._nodes, self._queues = list(snapshot.nodes), list(snapshot.queues)
         self._node_extended = frozenset(k for n in snapshot.nodes for k, _ in n.extended)
-        cap = state.nodes.capacity
-        self.total = cap[:, :3].sum(axis=0) if len(cap) else np.zeros(3)
+        self.total = cluster_total(state.nodes)  # the same sums, in the same order, as the full path
         self._node_tasks = [[] for _ in range(len(state.nodes))]
         for job in state.jobs:
             for t in job.tasks:
@@ -167,10 +167,15 @@ class CycleCache:
         jobs: list[Job] = []
         waiting: list[Job] = []
         columns_may_change = False
+        found = 0  # snapshot jobs whose name was known: fewer than before means removals
+        # The one pass over every job of a steady cycle: kept lean on purpose.
+        lookup, keep, keep_waiting = old.get, jobs.append, waiting.append
         for order, info in enumerate(snapshot.jobs):
             name = info.name
-            entry = old.get(name)
-            if entry is None or entry.info is not info or name in changed:
+            entry = lookup(name)
+            if entry is not None:
+                found += 1
+            if entry is None or entry.info is not info or (changed and name in changed):
                 if name in new:
                     return False  # a name used twice
                 if entry is not None:
@@ -181,15 +186,16 @@ class CycleCache:
             job = entry.job
             if job is not None:
                 job.order = order
-                jobs.append(job)
+                keep(job)
                 if job.pending_count:
-                    waiting.append(job)
+                    keep_waiting(job)
         if len(new) != len(snapshot.jobs):
             return False
-        for name, entry in old.items():
-            if name not in new:
-                self._drop(entry, nodes, queues)
-                columns_may_change = columns_may_change or bool(entry.extended)
+        if found < len(old):
+            for name, entry in old.items():
+                if name not in new:
+                    self._drop(entry, nodes, queues)
+                    columns_may_change = columns_may_change or bool(entry.extended)
         self._entries = new
         if columns_may_change and not self._same_columns():
             return False

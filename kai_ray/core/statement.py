@@ -70,6 +70,19 @@ class Statement:
         self.reasons[job] = reason
         self._undo.append(functools.partial(self._restore_reason, job, previous))
 
+    def set_reasons(self, said: list[tuple[str, Reason]]) -> None:
+        """set_reason for many jobs, with one undo step for them all."""
+        if not said:
+            return
+        reasons = self.reasons
+        previous = [(job, reasons.get(job)) for job, _ in said]
+        reasons.update(said)
+        self._undo.append(functools.partial(self._restore_reasons, previous))
+
+    def _restore_reasons(self, previous: list[tuple[str, Reason | None]]) -> None:
+        for job, reason in reversed(previous):
+            self._restore_reason(job, reason)
+
     def default_reason(self, job: str, reason: Reason) -> None:
         """Set a reason only where no earlier one says more (an earlier action's)."""
         if job not in self.reasons:

@@ -45,11 +45,12 @@ EvictReason = Callable[[Unit], str]
 
 def victim_units(jobs: Sequence[Job], order: Callable[[Unit], Any]) -> list[Unit]:
     """Eviction units of running jobs (a gang, or one elastic surplus task, last task
-    first), sorted by the policy's victim order."""
+    first), sorted by the policy's victim order. A task still reported running on a node
+    that left the cluster holds nothing here: evicting it would free nothing."""
     units: list[Unit] = []
     running_status = TaskStatus.RUNNING
     for job in jobs:
-        running = [t for t in job.tasks if t.status is running_status]
+        running = [t for t in job.tasks if t.status is running_status and t.node >= 0]
         if not running:
             continue
         surplus = job.active_count - job.gang
@@ -226,6 +227,8 @@ class _VictimPool:
         nodes = self.ctx.state.nodes
         n = len(nodes)
         alive = self.live[self.task_unit]
+        if not alive.any():  # nothing left to take: no node is worth freeing (and no pass over them)
+            return np.empty(0, dtype=np.intp)
         where = self.task_node[alive]
         freeable = np.zeros_like(nodes.idle)
         np.add.at(freeable, where, self.task_demand[alive])

@@ -5,6 +5,7 @@ same cycle results and the same workloads."""
 from __future__ import annotations
 
 from typing import Any
+from unittest.mock import patch
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -117,3 +118,23 @@ def test_a_surplus_worker_placed_while_running_is_seen_by_the_next_cycle() -> No
         a, b = inc.step(), full.step()
         assert a.result == b.result
     assert len(inc.workloads["w"].slots) == 3  # gang of 1, then two surplus workers
+
+
+def test_what_workloads_hold_is_worked_out_only_for_a_source_that_reads_it() -> None:
+    seen: list[dict[str, dict[str, float]]] = []
+
+    class Reading(MemoryCluster):
+        def nodes(self, held: Any) -> list[Any]:
+            seen.append({k: dict(v) for k, v in held.items()})
+            return super().nodes(held)
+
+    c = controller(full=False)
+    c.submit("w", spec(workers=2, resources_per_worker={"GPU": 4, "CPU": 1}))
+    c.clock.t = 1.0  # type: ignore[attr-defined]
+    calls: list[object] = []
+    with patch("kai_ray.control.controller.held_by_workloads", lambda *a: calls.append(a) or {}):
+        c.step()  # the in-memory source never reads it: nothing worked out
+    assert calls == [] and c.workloads["w"].state is State.ADMITTING
+    c.cluster = Reading(c.cluster.node_list)  # type: ignore[attr-defined]
+    c.step()
+    assert seen == [{"n0": {"gpu": 4.0, "cpu": 1.0}, "n1": {"gpu": 4.0, "cpu": 1.0}}]

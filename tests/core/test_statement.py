@@ -8,9 +8,8 @@ import numpy as np
 import pytest
 
 from kai_ray.core import SchedulerConfig
-from kai_ray.core.cluster import ClusterState, build_state
+from kai_ray.core.cluster import ClusterState, build_state, cluster_total
 from kai_ray.core.context import CycleContext
-from kai_ray.core.cycle import _cluster_total
 from kai_ray.core.fairshare import compute_fair_shares
 from kai_ray.core.model import TaskStatus
 from kai_ray.core.placement import Placer
@@ -26,7 +25,7 @@ def _context(builder: ClusterBuilder) -> CycleContext:
     snap = builder.build()
     tree = build_queue_tree(snap.queues)
     state = build_state(snap, tree)
-    total = _cluster_total(state)
+    total = cluster_total(state.nodes)
     shares = compute_fair_shares(tree, total, state.usage.requested)
     config = SchedulerConfig()
     return CycleContext(state, shares, config, 0.0, total, Placer(state, config), Statement(state))
