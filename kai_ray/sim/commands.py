@@ -134,6 +134,7 @@ def _simulate(args: argparse.Namespace) -> int:
     extra = _facts(args, jobs, nodes, options)
     write_summary(out, results, extra)
     report = write_report(out, results, f"kai-ray sim: {Path(args.trace).name}", extra)
+    print(f"kai-ray sim: peak memory {peak_memory_mib():.0f} MiB with the report", file=sys.stderr)
     print(f"{report}\n{out / 'summary.json'}")
     return 0
 
