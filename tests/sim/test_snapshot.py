@@ -99,3 +99,33 @@ def test_a_bad_snapshot_file_through_the_cli(tmp_path: Path, capsys: pytest.Capt
     path.write_text("{not json")
     assert main(["sim", "--snapshot", str(path)]) == 2
     assert f"{path}: line 1: not JSON" in capsys.readouterr().err
+
+
+class _FakeScheduler:
+    """Stands in for the Ray client: answers `snapshot()` as the actor does."""
+
+    def __init__(self, document: dict[str, object]) -> None:
+        self.document = document
+
+    def snapshot(self) -> dict[str, object]:
+        return self.document
+
+
+def test_snapshot_save_writes_what_sim_replays(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kai_ray.api import snapshotcommands
+
+    document = _document(_controller())
+    monkeypatch.setattr(snapshotcommands, "running_scheduler", lambda address: _FakeScheduler(document))
+    path = tmp_path / "state.json"
+    assert main(["snapshot", "save", str(path)]) == 0
+    assert "1 nodes, 2 queues, 2 live workloads" in capsys.readouterr().out
+    assert json.loads(path.read_text()) == json.loads(json.dumps(document))
+    assert main(["sim", "--snapshot", str(path)]) == 0
+    assert "evict    big/w0" in capsys.readouterr().out
+
+
+def test_snapshot_save_on_kubernetes_says_where_the_state_is(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["snapshot", "save", "x.json", "--kubeconfig", "kube.yaml"]) == 2
+    assert "--address ray://CONTROLLER:10001" in capsys.readouterr().err
