@@ -105,9 +105,9 @@ class Simulation:
             while i < len(jobs) and jobs[i].submit <= t:
                 self._submit(jobs[i], t)
                 i += 1
-            # Runs that ended free room only someone waiting (or an elastic job below its
-            # most workers) could use; a usage history
-            # (time-based fair share) is recorded by steps, so then every end is one.
+            # Room freed by runs that ended is of use only to someone waiting (or to an
+            # elastic job below its most workers). A usage history (time-based fair
+            # share) is recorded by steps, so with one every end gets a step.
             if i > first or (ended and (self.queued or self.growing or self.ctl.usage is not None)):
                 self._steps(t)
             elif ended:
