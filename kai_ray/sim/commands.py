@@ -38,35 +38,44 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
         "kai-ray's controller and core on a virtual clock; writes DIR/report.html and DIR/summary.json. "
         "With --snapshot, replays one scheduling cycle from a `kai-ray snapshot save` file instead.",
     )
-    sim.add_argument("--trace", help="the trace: Philly's CSV or kai-ray's generic CSV")
-    sim.add_argument("--cluster", help="NODESxGPUS (e.g. 250x8) or a cluster file")
-    sim.add_argument("--queues", help="a queues file (default: one queue per trace queue, equal quotas)")
+    sim.add_argument("--trace", metavar="FILE", help="the trace: Philly's CSV or kai-ray's generic CSV")
+    sim.add_argument("--cluster", metavar="SPEC", help="NODESxGPUS (e.g. 250x8) or a cluster file")
+    sim.add_argument(
+        "--queues", metavar="FILE", help="a queues file (default: one queue per trace queue, equal quotas)"
+    )
     sim.add_argument(
         "--policy",
         nargs="+",
+        metavar="NAME",
         choices=list(POLICIES),
         default=list(POLICIES),
-        help="policies to compare, side by side (default: all)",
+        help=f"policies to compare, side by side: {', '.join(POLICIES)} (default: all)",
     )
-    sim.add_argument("--from", dest="start", help="keep jobs submitted from this long after the first (30d)")
-    sim.add_argument("--to", dest="end", help="... and before this long after the first (60d)")
-    sim.add_argument("--out", help="the directory for report.html and summary.json")
+    sim.add_argument(
+        "--from", dest="start", metavar="T", help="keep jobs submitted from this long after the first (30d)"
+    )
+    sim.add_argument("--to", dest="end", metavar="T", help="... and before this long after the first (60d)")
+    sim.add_argument("--out", metavar="DIR", help="the directory for report.html and summary.json")
     sim.add_argument(
         "--checkpoint",
+        metavar="S",
         default=str(DEFAULT_CHECKPOINT_S),
         help=f"a job's checkpoint interval in run time (default {DEFAULT_CHECKPOINT_S:g}s; 0: loses nothing)",
     )
     sim.add_argument(
         "--period",
+        metavar="S",
         default=str(DEFAULT_PERIOD_S),
         help=f"scheduling period: 0 = a cycle at every event time (default {DEFAULT_PERIOD_S:g})",
     )
-    sim.add_argument("--config", help="a scheduler options file (the policies' base configuration)")
+    sim.add_argument(
+        "--config", metavar="FILE", help="a scheduler options file (the policies' base configuration)"
+    )
     sim.add_argument(
         "--events", action="store_true", help="also write DIR/events-POLICY.csv (every job event)"
     )
     sim.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    sim.add_argument("--snapshot", help="a `kai-ray snapshot save` file: replay its cycle")
+    sim.add_argument("--snapshot", metavar="FILE", help="a `kai-ray snapshot save` file: replay its cycle")
     sim.add_argument("--json", action="store_true", help="with --snapshot: print the decisions as JSON")
     sim.set_defaults(func=_run)
 
