@@ -15,6 +15,7 @@ step costs what is live, not what has ever run.
 from __future__ import annotations
 
 import heapq
+from collections import defaultdict
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -23,12 +24,13 @@ from typing import Any
 
 from kai_ray.control import Controller
 from kai_ray.control.memory import ManualClock, MemoryCluster
+from kai_ray.control.usage import cluster_capacity
 from kai_ray.control.validate import SubmitError
 from kai_ray.control.workload import State, WorkloadSpec, group_owner
 from kai_ray.core import CycleResult, Evict, NodeInfo, Pipeline, QueueInfo
 from kai_ray.sim.metrics import Metrics
 from kai_ray.sim.policies import POOL_QUEUE, SimPolicy
-from kai_ray.sim.ports import NullStore, SimActuator
+from kai_ray.sim.ports import Amount, NullStore, SimActuator
 from kai_ray.sim.trace import SimJob
 
 __all__ = ["DEFAULT_CHECKPOINT_S", "DEFAULT_PERIOD_S", "JobRun", "Options", "Simulation"]
@@ -43,6 +45,8 @@ class Options:
     checkpoint_s: float = DEFAULT_CHECKPOINT_S
     period_s: float = DEFAULT_PERIOD_S
     event_log: bool = False  # keep every submit/start/preempt/finish (tests, events.csv)
+    # A step at every run's end even when nobody waits (tests: the shortcut changes nothing).
+    step_every_end: bool = False
 
 
 @dataclass(slots=True)
@@ -86,6 +90,8 @@ class Simulation:
         self.runs: dict[str, JobRun] = {j.id: JobRun(j, j.queue, j.duration) for j in self.jobs}
         self.queued: set[str] = set()  # submitted, waiting to run
         self.growing: set[str] = set()  # elastic, running below its most workers
+        # What each of the controller's leaf queues holds (GPUs, cores, memory).
+        self.held_by_queue: dict[str, Amount] = defaultdict(lambda: (0.0, 0.0, 0.0))
         self.heap: list[tuple[float, str]] = []  # (end of a run, run id)
         self.metrics = Metrics(self.queues, self.nodes, self.policy, self.options.event_log)
         self.steps = 0
@@ -106,12 +112,11 @@ class Simulation:
                 self._submit(jobs[i], t)
                 i += 1
             # Room freed by runs that ended is of use only to someone waiting (or to an
-            # elastic job below its most workers). A usage history (time-based fair
-            # share) is recorded by steps, so with one every end gets a step.
-            if i > first or (ended and (self.queued or self.growing or self.ctl.usage is not None)):
+            # elastic job below its most workers): otherwise no step is needed.
+            if i > first or (ended and (self.queued or self.growing or self.options.step_every_end)):
                 self._steps(t)
             elif ended:
-                self.metrics.settled(t)
+                self._settled(t)
             if self.progress is not None:
                 self.progress(self)
         self.metrics.close(self.clock.t, self.runs.values(), time.perf_counter() - started, self.steps)
@@ -146,6 +151,25 @@ class Simulation:
                 # An elastic job's surplus taken back: given up now (no grace period).
                 self.ctl.group_ready(w.gang_group)
         return result
+
+    def _settled(self, t: float) -> None:
+        """Runs ended, nobody waits, no step: what the step would have recorded. Every
+        queue's request is met, so its fair share is what it holds; a usage history
+        (time-based fair share) records what each queue holds from now on, as the
+        controller's cycle would (the core's allocated: subtree sums)."""
+        self.metrics.settled(t)
+        if self.ctl.usage is None:
+            return
+        allocated = {q.name: [0.0, 0.0, 0.0] for q in self.ctl.queues}
+        parent = {q.name: q.parent for q in self.ctl.queues}
+        for leaf, amount in self.held_by_queue.items():
+            q: str | None = leaf
+            while q is not None:
+                row = allocated[q]
+                row[0], row[1], row[2] = row[0] + amount[0], row[1] + amount[1], row[2] + amount[2]
+                q = parent[q]
+        rows = {name: (a[0], a[1], a[2]) for name, a in allocated.items()}
+        self.ctl.usage.record(t, rows, cluster_capacity(self.ctl.nodes.values()))
 
     def _team_requests(self) -> dict[str, float] | None:
         """GPUs asked for per team (held + waiting): a pooled policy's fair shares are
@@ -231,9 +255,13 @@ class Simulation:
         self.queued.add(wid)
         self.metrics.preempted(run, now, lost, run.gpus)
 
-    def held(self, wid: str, gpus: float) -> None:
+    def held(self, wid: str, amount: Amount) -> None:
         run = self.runs[wid]
+        gpus = amount[0]
         run.gpus += gpus
+        queue = POOL_QUEUE if self.policy.pooled else run.team
+        h = self.held_by_queue[queue]
+        self.held_by_queue[queue] = (h[0] + amount[0], h[1] + amount[1], h[2] + amount[2])
         if run.job.min_workers and 0 < run.gpus < run.job.total_gpus:
             self.growing.add(wid)  # room that frees up may let it grow
         else:

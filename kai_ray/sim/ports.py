@@ -12,14 +12,17 @@ from kai_ray.control.memory import MemoryActuator
 from kai_ray.control.ports import Record, WorkerPlacement
 from kai_ray.control.workload import group_owner
 
-__all__ = ["NullStore", "SimActuator", "SimListener"]
+__all__ = ["Amount", "NullStore", "SimActuator", "SimListener"]
+
+Amount = tuple[float, float, float]  # GPUs, cores, bytes of memory
 
 
 class SimListener(Protocol):
     """What the simulation learns from its actuator, at the virtual time it happens."""
 
-    def held(self, wid: str, gpus: float) -> None:
-        """A workload's reservations grew (or shrank, negative) by this many GPUs."""
+    def held(self, wid: str, amount: Amount) -> None:
+        """A workload's reservations grew (or shrank: negative) by this much (GPUs,
+        cores, bytes of memory)."""
 
     def started(self, wid: str, run_id: str) -> None: ...
 
@@ -35,22 +38,26 @@ class SimActuator(MemoryActuator):
 
     listener: SimListener | None = None
     reserved: list[str] = field(default_factory=list)
-    gpus: dict[str, float] = field(default_factory=dict)  # group -> GPUs it holds
+    amounts: dict[str, Amount] = field(default_factory=dict)  # group -> what it holds
 
     def reserve(self, group: str, workers: Sequence[WorkerPlacement]) -> str:
         self.groups[group] = list(workers)
         self.reserved.append(group)
-        gpus = self.gpus[group] = sum(w.request.gpu for w in workers)
-        if self.listener is not None and gpus:
-            self.listener.held(group_owner(group), gpus)
+        amount = self.amounts[group] = (
+            sum(w.request.gpu for w in workers),
+            sum(w.request.cpu for w in workers),
+            sum(w.request.memory for w in workers),
+        )
+        if self.listener is not None:
+            self.listener.held(group_owner(group), amount)
         return group
 
     def release(self, group: str, kill: bool = False) -> None:
         # No log of releases (MemoryActuator keeps one): a simulation makes millions.
         self.groups.pop(group, None)
-        gpus = self.gpus.pop(group, 0.0)
-        if self.listener is not None and gpus:
-            self.listener.held(group_owner(group), -gpus)
+        amount = self.amounts.pop(group, None)
+        if self.listener is not None and amount is not None:
+            self.listener.held(group_owner(group), (-amount[0], -amount[1], -amount[2]))
 
     def start(self, workload: Any) -> str:
         run_id = f"{workload.id}/{workload.attempt}"

@@ -170,3 +170,39 @@ def test_time_based_fair_share_favours_the_queue_that_used_less() -> None:
         held[policy] = {q: m.held_series[q].mean(10000, 15000) for q in "ab"}
     assert held["default"] == {"a": 2.0, "b": 2.0}  # no memory: an equal split
     assert held["timeshare"]["b"] > held["timeshare"]["a"]  # a's past use counts against it
+
+
+@pytest.mark.parametrize("policy", ["default", "timeshare"])
+def test_skipping_steps_when_nobody_waits_changes_nothing(policy: str) -> None:
+    from kai_ray.sim.cluster import parse_cluster
+    from kai_ray.sim.engine import Options, Simulation
+    from kai_ray.sim.policies import make_policy
+
+    queues = [QueueInfo(name="a", quota=(1, 0, 0)), QueueInfo(name="b", quota=(1, 0, 0))]
+    jobs = [job("hog", 0, 10000, 3, queue="a")]
+    jobs += [job(f"b-early{i}", 100 * i, 50 + 30 * i, 1, queue="b") for i in range(20)]
+    jobs += [job(f"{q}{i}", 10000 + i, 3000 + 100 * i, 1, queue=q) for q in "ab" for i in range(5)]
+    outcomes = []
+    for every_end in (False, True):
+        options = Options(checkpoint_s=600, event_log=True, step_every_end=every_end)
+        sim = Simulation(jobs, parse_cluster("1x4"), queues, make_policy(policy), options)
+        m = sim.run()
+        runs = {n: (r.first_start, r.finished, r.preemptions) for n, r in sim.runs.items()}
+        outcomes.append((runs, m.summary["jain_index"], m.summary["gpu_utilisation"], sim.steps))
+    (skipping, s_jain, s_util, s_steps), (every, e_jain, e_util, e_steps) = outcomes
+    assert skipping == every
+    assert (s_jain, s_util) == pytest.approx((e_jain, e_util))
+    assert s_steps < e_steps
+
+
+def test_usage_history_sees_runs_that_ended_without_a_step() -> None:
+    # a and b each used the node for about the same GPU-seconds, each run ending while
+    # nobody waited (no step then). At 20,000 s both ask for it: an equal split. Had
+    # the ends gone unrecorded, each queue would seem to have held its GPUs until the
+    # next step, b (until 20,000 s) far longer than a (until 5,000 s): a favoured.
+    queues = [QueueInfo(name="a"), QueueInfo(name="b")]
+    jobs = [job("A", 0, 1000, 4, queue="a"), job("B", 5000, 900, 4, queue="b")]
+    jobs += [job(f"{q}{i}", 20000, 1000, 1, queue=q) for q in "ab" for i in range(4)]
+    _, m = simulate(jobs, "timeshare", queues=queues)
+    held = {q: m.held_series[q].mean(20000, 21000) for q in "ab"}
+    assert held == {"a": 2.0, "b": 2.0}
