@@ -15,9 +15,9 @@ step costs what is live, not what has ever run.
 from __future__ import annotations
 
 import heapq
-from collections import defaultdict
 import math
 import time
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
