@@ -183,8 +183,8 @@ def _generic(rows: Iterator[_Row], path: Path) -> Iterator[SimJob]:
             raise f.error("min_workers", f"{min_workers} is above max_workers {workers}; lower it")
         if min_workers and max_workers == 0:
             raise f.error("min_workers", "an elastic job needs max_workers too (its most workers)")
-        if max_workers and gang > 1 and not min_workers:
-            min_workers = gang  # the gang is the elastic job's minimum
+        if max_workers and not min_workers:
+            min_workers = gang  # the gang (1 by default) is the elastic job's minimum
         gpus = f.number("gpus", minimum=0.0)
         if gpus > 1 and gpus != int(gpus):
             raise f.error("gpus", f"{gpus:g}: above 1 a GPU count must be whole (below 1: a fraction)")

@@ -43,9 +43,15 @@ def test_generic_rows_with_elastic_jobs_and_quantities(tmp_path: Path) -> None:
     path = write_csv(
         tmp_path / "g.csv",
         GENERIC_HEADER,
-        ["0,60,2,team,4,16Gi,100,2,,,gang", "5,60,1,team,,,,,2,4,elastic", "7,30,0.5,team,,,,,,,frac"],
+        [
+            "0,60,2,team,4,16Gi,100,2,,,gang",
+            "5,60,1,team,,,,,2,4,elastic",
+            "7,30,0.5,team,,,,,,,frac",
+            "9,30,1,team,,,,,,3,grows-from-one",
+        ],
     )
-    gang, elastic, frac = read_trace(path)
+    gang, elastic, frac, grows = read_trace(path)
+    assert (grows.workers, grows.min_workers) == (3, 1)
     assert (gang.workers, gang.min_workers, gang.gpus, gang.memory, gang.priority) == (
         2,
         0,
