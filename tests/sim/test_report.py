@@ -172,3 +172,14 @@ def test_series_over_time_match_the_totals(run: Path) -> None:
         for team, q in s["queues"].items():
             held = series["gpus_held"][team]
             assert sum(held) / len(held) == pytest.approx(q["mean_gpus_held"], rel=1e-2, abs=1e-2)
+
+
+def test_a_progress_bar_on_stderr(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = write_csv(tmp_path / "t.csv", HEADER, ROWS)
+    args = ["sim", "--trace", str(trace), "--cluster", "2x8", "--policy", "fifo", "--out", str(tmp_path)]
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert f"[fifo] [{'#' * 30}] 6/6 jobs" in err
+    assert re.search(r"kai-ray sim: fifo: 6 jobs in [\d.]+s, \d+ steps, peak memory \d+ MiB", err)
+    assert main([*args, "--no-progress"]) == 0
+    assert "[fifo] [" not in capsys.readouterr().err
