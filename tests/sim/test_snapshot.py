@@ -129,3 +129,20 @@ def test_snapshot_save_writes_what_sim_replays(
 def test_snapshot_save_on_kubernetes_says_where_the_state_is(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["snapshot", "save", "x.json", "--kubeconfig", "kube.yaml"]) == 2
     assert "--address ray://CONTROLLER:10001" in capsys.readouterr().err
+
+
+def test_the_ray_actor_answers_with_a_snapshot_sim_reads() -> None:
+    """The scheduler actor's method on its controller (no Ray cluster needed to call it)."""
+    import asyncio
+    import types
+
+    pytest.importorskip("ray")
+    from kai_ray.ray import actor
+
+    ctl = _controller()
+    method = actor.SchedulerActor.__ray_metadata__.modified_class.snapshot  # type: ignore[attr-defined]
+    document = asyncio.run(method(types.SimpleNamespace(engine=ctl)))
+    back = read_snapshot(json.loads(json.dumps(document)))
+    assert document["source"] == "ray"
+    live = build_snapshot(ctl.workloads.values(), ctl.nodes.values(), ctl.queues, ctl.node_label)
+    assert back.snapshot == live and back.config == ctl.config
