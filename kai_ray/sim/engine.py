@@ -47,6 +47,9 @@ class Options:
     event_log: bool = False  # keep every submit/start/preempt/finish (tests, events.csv)
     # A step at every run's end even when nobody waits (tests: the shortcut changes nothing).
     step_every_end: bool = False
+    # Incremental cycles (the core keeps its state between steps); off: every step builds
+    # it afresh (tests: the same decisions).
+    incremental: bool = True
 
 
 @dataclass(slots=True)
@@ -84,7 +87,7 @@ class Simulation:
             self.clock,
             self.policy.queues(self.queues),
             self.policy.config,
-            cycle=self.policy.cycle(),
+            cycle=self.policy.cycle(self.options.incremental),
         )
         self.ctl.refresh_nodes()
         self.runs: dict[str, JobRun] = {j.id: JobRun(j, j.queue, j.duration) for j in self.jobs}

@@ -45,10 +45,12 @@ class SimPolicy:
     pooled: bool = False  # every job in one queue (POOL_QUEUE): the trace's queues only label jobs
     about: str = ""
 
-    def cycle(self) -> CycleFn:
-        """The controller's cycle with these hooks: incremental (a cache per simulation),
-        the garbage collector paused inside it as a long-lived scheduler does."""
-        return functools.partial(run_cycle, policy=self.hooks, pause_gc=True, cache=CycleCache())
+    def cycle(self, incremental: bool = True) -> CycleFn:
+        """The controller's cycle with these hooks: incremental (a cache per simulation:
+        a step costs what changed) unless asked otherwise, the garbage collector paused
+        inside it as a long-lived scheduler does."""
+        cache = CycleCache() if incremental else None
+        return functools.partial(run_cycle, policy=self.hooks, pause_gc=True, cache=cache)
 
     def queues(self, team_queues: Sequence[QueueInfo]) -> list[QueueInfo]:
         """The queues the controller gets: the trace's, or the one pool."""
