@@ -52,8 +52,8 @@ case "${1:-}" in
     shift
     echo "== ruff";          "$VENV/bin/ruff" check kai_ray tests
     echo "== ruff format";   "$VENV/bin/ruff" format --check -q kai_ray tests
-    echo "== mypy (strict on kai_ray/core, kai_ray/control, kai_ray/operators, kai_ray/dashboard)"
-    "$VENV/bin/mypy" kai_ray/core kai_ray/control kai_ray/operators kai_ray/dashboard
+    echo "== mypy (strict on kai_ray/core, control, operators, dashboard, sim)"
+    "$VENV/bin/mypy" kai_ray/core kai_ray/control kai_ray/operators kai_ray/dashboard kai_ray/sim
     echo "== import contracts"; "$VENV/bin/lint-imports"
     # The Kubernetes tests run a real kube-apiserver: built from Debian's source once per
     # machine (about 15 minutes on 2 cores), then cached under ~/.cache/kai-ray.

@@ -18,15 +18,25 @@ from kai_ray import __version__
 from kai_ray.api import commands as api_commands
 from kai_ray.api import dashboardcommands as dashboard_commands
 from kai_ray.api import operatorcommands as operator_commands
+from kai_ray.api import snapshotcommands as snapshot_commands
 from kai_ray.api.cliutil import CommandFailed
 from kai_ray.bench import commands as bench_commands
 from kai_ray.config.errors import ConfigError
 from kai_ray.scenario import commands as scenario_commands
+from kai_ray.sim import commands as sim_commands
 
 __all__ = ["build_parser", "main"]
 
 EXIT_USAGE = 2
-_CONTRIBUTORS = (scenario_commands, bench_commands, api_commands, dashboard_commands, operator_commands)
+_CONTRIBUTORS = (
+    scenario_commands,
+    bench_commands,
+    sim_commands,
+    api_commands,
+    dashboard_commands,
+    operator_commands,
+    snapshot_commands,
+)
 
 
 class _Parser(argparse.ArgumentParser):

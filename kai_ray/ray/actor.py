@@ -32,6 +32,7 @@ from kai_ray.control.demand import autoscaler_bundles
 from kai_ray.control.nodes import node_usage
 from kai_ray.control.queues import queue_from_json
 from kai_ray.control.snapshot import held_by_workloads
+from kai_ray.control.snapshotfile import build_snapshot, write_snapshot
 from kai_ray.control.views import queue_views, worker_signature
 from kai_ray.core import Pipeline, QueueInfo, SchedulerConfig
 from kai_ray.ray.adapters import RayActuator, RayCluster
@@ -459,6 +460,14 @@ class SchedulerActor:
             "queues": await self.queues(),
             "uptime_s": time.time() - self._started_at,
         }
+
+    async def snapshot(self) -> dict[str, Any]:
+        """What the next cycle would decide from, as a snapshot document
+        (kai_ray.control.snapshotfile): `kai-ray snapshot save`, replayed by `kai-ray sim`."""
+        e, now = self.engine, time.time()
+        usage = e.usage.usage(now) if e.usage is not None else {}
+        snap = build_snapshot(e.workloads.values(), e.nodes.values(), e.queues, e.node_label, usage)
+        return write_snapshot(snap, e.config, now, "ray")
 
     def _info(self, wid: str) -> dict[str, Any]:
         """A workload's view, with Ray's 56-digit node ids in its words shortened."""

@@ -122,6 +122,10 @@ class Scheduler:
             raise ValueError(answer["error"])
         return answer
 
+    def snapshot(self) -> dict[str, Any]:
+        """The scheduler's state as a snapshot document (kai_ray.control.snapshotfile)."""
+        return self._call("snapshot")  # type: ignore[no-any-return]
+
     def apply_queues(self, queues: QueuesArg, prune: bool = False) -> dict[str, Any]:
         """Add or update queues, keeping the others (`prune`: remove those not given).
         Returns what changed ({"added", "updated", "unchanged", "removed", "kept",

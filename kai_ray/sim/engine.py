@@ -1,0 +1,279 @@
+"""The simulation: a virtual clock, an event heap of run ends, and the controller.
+
+Jobs are submitted to a real `Controller` at their traced time; each controller step runs
+the real core; a reservation is ready at once and its run ends after the job's remaining
+work (an event in the heap). A preempted run keeps the work up to its last checkpoint
+(every `checkpoint_s` of run time) and loses the rest; the job queues again.
+
+Steps: all events at one virtual time are handled together and followed by one step
+(with `period_s` > 0, by one step at the next multiple of it, as a scheduler running
+every period would see them). A time where only runs ended and nothing waits needs no
+step: there is nobody to place. Finished workloads leave the controller's table, so a
+step costs what is live, not what has ever run.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kai_ray.control import Controller
+from kai_ray.control.memory import ManualClock, MemoryCluster
+from kai_ray.control.usage import cluster_capacity
+from kai_ray.control.validate import SubmitError
+from kai_ray.control.workload import State, WorkloadSpec, group_owner
+from kai_ray.core import CycleResult, Evict, NodeInfo, Pipeline, QueueInfo
+from kai_ray.sim.metrics import Metrics
+from kai_ray.sim.policies import POOL_QUEUE, SimPolicy
+from kai_ray.sim.ports import Amount, NullStore, SimActuator
+from kai_ray.sim.trace import SimJob
+
+__all__ = ["DEFAULT_CHECKPOINT_S", "DEFAULT_PERIOD_S", "JobRun", "Options", "Simulation"]
+
+DEFAULT_CHECKPOINT_S = 1800.0  # a job checkpoints every 30 minutes of its run time
+DEFAULT_PERIOD_S = 0.0  # 0: one step per event time
+MAX_STEPS_AT_ONCE = 4  # steps at one time: evictions free room the next step fills
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    checkpoint_s: float = DEFAULT_CHECKPOINT_S
+    period_s: float = DEFAULT_PERIOD_S
+    event_log: bool = False  # keep every submit/start/preempt/finish (tests, events.csv)
+    # A step at every run's end even when nobody waits (tests: the shortcut changes nothing).
+    step_every_end: bool = False
+    # Incremental cycles (the core keeps its state between steps); off: every step builds
+    # it afresh (tests: the same decisions).
+    incremental: bool = True
+
+
+@dataclass(slots=True)
+class JobRun:
+    """A job's life in one simulation."""
+
+    job: SimJob
+    team: str
+    remaining: float
+    gpus: float = 0.0  # held now
+    started: float | None = None  # the current run's start
+    first_start: float | None = None
+    finished: float | None = None
+    preemptions: int = 0
+    lost_gpu_s: float = 0.0
+    rejected: str = ""
+
+
+@dataclass
+class Simulation:
+    jobs: Sequence[SimJob]
+    nodes: Sequence[NodeInfo]
+    queues: Sequence[QueueInfo]
+    policy: SimPolicy
+    options: Options = field(default_factory=Options)
+    progress: Callable[[Simulation], None] | None = None
+
+    def __post_init__(self) -> None:
+        self.clock = ManualClock()
+        self.actuator = SimActuator(listener=self)
+        self.ctl = Controller(
+            MemoryCluster(list(self.nodes)),
+            self.actuator,
+            NullStore(),
+            self.clock,
+            self.policy.queues(self.queues),
+            self.policy.config,
+            cycle=self.policy.cycle(self.options.incremental),
+        )
+        self.ctl.refresh_nodes()
+        self.runs: dict[str, JobRun] = {j.id: JobRun(j, j.queue, j.duration) for j in self.jobs}
+        self.queued: set[str] = set()  # submitted, waiting to run
+        self.growing: set[str] = set()  # elastic, running below its most workers
+        # What each of the controller's leaf queues holds (GPUs, cores, memory).
+        self.held_by_queue: dict[str, Amount] = defaultdict(lambda: (0.0, 0.0, 0.0))
+        self.heap: list[tuple[float, str]] = []  # (end of a run, run id)
+        self.metrics = Metrics(self.queues, self.nodes, self.policy, self.options.event_log)
+        self.steps = 0
+        self.done = 0
+
+    # ------------------------------------------------------------ the loop
+
+    def run(self) -> Metrics:
+        started = time.perf_counter()
+        jobs, i = self.jobs, 0
+        while i < len(jobs) or self.heap:
+            t = min(jobs[i].submit if i < len(jobs) else math.inf, self.heap[0][0] if self.heap else math.inf)
+            t = self._step_time(t)
+            self.clock.t = t
+            ended = self._end_runs(t)
+            first = i
+            while i < len(jobs) and jobs[i].submit <= t:
+                self._submit(jobs[i], t)
+                i += 1
+            # Room freed by runs that ended is of use only to someone waiting (or to an
+            # elastic job below its most workers): otherwise no step is needed.
+            if i > first or (ended and (self.queued or self.growing or self.options.step_every_end)):
+                self._steps(t)
+            elif ended:
+                self._settled(t)
+            if self.progress is not None:
+                self.progress(self)
+        self.metrics.close(self.clock.t, self.runs.values(), time.perf_counter() - started, self.steps)
+        return self.metrics
+
+    def _step_time(self, t: float) -> float:
+        period = self.options.period_s
+        return math.ceil(t / period) * period if period > 0 else t
+
+    def _steps(self, t: float) -> None:
+        for _ in range(MAX_STEPS_AT_ONCE):
+            result = self._step(t)
+            self.steps += 1
+            self.metrics.sample_queues(t, result, self._team_requests())
+            # Evictions free their room at once (no grace period): what the step could
+            # only pipeline onto it is placed by another step at the same time.
+            if not any(isinstance(d, Pipeline) for d in result.decisions):
+                break
+
+    def _step(self, t: float) -> CycleResult:
+        """Controller.step() without its observation pass over every live workload: this
+        backend reports each change as it happens instead, as Ray's watch does through
+        group_ready(): runs' ends through finish(), reservations ready at once. The pass
+        would cost O(running jobs) per step, more than the cycle itself. The cluster
+        does not change, so nodes are not refreshed either."""
+        result = self.ctl.cycle(t)
+        self.ctl.flush()
+        self._start_reserved()
+        for d in result.decisions:
+            w = self.ctl.workloads.get(d.job) if isinstance(d, Evict) else None
+            if w is not None and w.state is State.RUNNING:
+                # An elastic job's surplus taken back: given up now (no grace period).
+                self.ctl.group_ready(w.gang_group)
+        return result
+
+    def _settled(self, t: float) -> None:
+        """Runs ended, nobody waits, no step: what the step would have recorded. Every
+        queue's request is met, so its fair share is what it holds; a usage history
+        (time-based fair share) records what each queue holds from now on, as the
+        controller's cycle would (the core's allocated: subtree sums)."""
+        self.metrics.settled(t)
+        if self.ctl.usage is None:
+            return
+        allocated = {q.name: [0.0, 0.0, 0.0] for q in self.ctl.queues}
+        parent = {q.name: q.parent for q in self.ctl.queues}
+        for leaf, amount in self.held_by_queue.items():
+            q: str | None = leaf
+            while q is not None:
+                row = allocated[q]
+                row[0], row[1], row[2] = row[0] + amount[0], row[1] + amount[1], row[2] + amount[2]
+                q = parent[q]
+        rows = {name: (a[0], a[1], a[2]) for name, a in allocated.items()}
+        self.ctl.usage.record(t, rows, cluster_capacity(self.ctl.nodes.values()))
+
+    def _team_requests(self) -> dict[str, float] | None:
+        """GPUs asked for per team (held + waiting): a pooled policy's fair shares are
+        computed from them, as the core would for the trace's queues."""
+        if not self.policy.pooled:
+            return None
+        return self.metrics.requested_gpus()
+
+    # ------------------------------------------------------------ events
+
+    def _submit(self, job: SimJob, now: float) -> None:
+        run = self.runs[job.id]
+        spec = WorkloadSpec(
+            queue=POOL_QUEUE if self.policy.pooled else job.queue,
+            priority=job.priority,
+            preemptible=job.priority < 100,
+            workers=job.workers,
+            min_workers=job.min_workers,
+            resources_per_worker=_resources(job),
+            kind="job",
+            entrypoint="simulated",
+            grace_period=0.0,
+            admission_timeout=math.inf,
+        )
+        try:
+            self.ctl.submit(job.id, spec)
+        except SubmitError as exc:
+            run.rejected = str(exc)
+            self.metrics.rejected(run, now)
+            self.done += 1
+            return
+        self.queued.add(job.id)
+        self.metrics.submitted(run, now)
+
+    def _start_reserved(self) -> None:
+        """Reservations are ready at once: tell the controller, which starts the run."""
+        reserved, self.actuator.reserved = self.actuator.reserved, []
+        for group in reserved:
+            self.ctl.group_ready(group)
+
+    def started(self, wid: str, run_id: str) -> None:
+        now = self.clock.t
+        run = self.runs[wid]
+        run.started = now
+        if run.first_start is None:
+            run.first_start = now
+        self.queued.discard(wid)
+        heapq.heappush(self.heap, (now + run.remaining, run_id))
+        self.metrics.started(run, now)
+
+    def _end_runs(self, t: float) -> bool:
+        ended = False
+        while self.heap and self.heap[0][0] <= t:
+            end, run_id = heapq.heappop(self.heap)
+            if self.actuator.runs.get(run_id) != "RUNNING":
+                continue  # preempted since: a stale end
+            wid = group_owner(run_id)
+            run = self.runs[wid]
+            self.actuator.succeed(run_id)
+            held = run.gpus
+            w = self.ctl.workloads[wid]
+            self.ctl.finish(wid, w.attempt, ok=True)
+            run.finished, run.remaining = end, 0.0
+            del self.ctl.workloads[wid]  # keep the table to what is live
+            self.metrics.finished(run, end, held)
+            self.done += 1
+            ended = True
+        return ended
+
+    def stopped(self, wid: str, run_id: str) -> None:
+        """A run stopped before its end: preempted. It keeps its checkpointed work."""
+        now = self.clock.t
+        run = self.runs[wid]
+        assert run.started is not None
+        ran = now - run.started
+        every = self.options.checkpoint_s
+        kept = math.floor(ran / every) * every if every > 0 else ran
+        lost = ran - kept
+        run.remaining -= kept
+        run.preemptions += 1
+        run.lost_gpu_s += lost * run.gpus
+        run.started = None
+        self.queued.add(wid)
+        self.metrics.preempted(run, now, lost, run.gpus)
+
+    def held(self, wid: str, amount: Amount) -> None:
+        run = self.runs[wid]
+        gpus = amount[0]
+        run.gpus += gpus
+        queue = POOL_QUEUE if self.policy.pooled else run.team
+        h = self.held_by_queue[queue]
+        self.held_by_queue[queue] = (h[0] + amount[0], h[1] + amount[1], h[2] + amount[2])
+        if run.job.min_workers and 0 < run.gpus < run.job.total_gpus:
+            self.growing.add(wid)  # room that frees up may let it grow
+        else:
+            self.growing.discard(wid)
+        self.metrics.held(run, self.clock.t, gpus)
+
+
+def _resources(job: SimJob) -> dict[str, Any]:
+    out: dict[str, Any] = {"GPU": job.gpus, "CPU": job.cpu}
+    if job.memory:
+        out["memory"] = job.memory
+    return out

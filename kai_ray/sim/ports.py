@@ -1,0 +1,101 @@
+"""The simulated backend: an actuator whose reservations are ready at once and whose runs
+end when the simulation says so, and a store that keeps nothing (a simulation never
+restarts, and serialising every record would be most of its cost)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from kai_ray.control.memory import MemoryActuator
+from kai_ray.control.ports import Record, WorkerPlacement
+from kai_ray.control.workload import group_owner
+
+__all__ = ["Amount", "NullStore", "SimActuator", "SimListener"]
+
+Amount = tuple[float, float, float]  # GPUs, cores, bytes of memory
+
+
+class SimListener(Protocol):
+    """What the simulation learns from its actuator, at the virtual time it happens."""
+
+    def held(self, wid: str, amount: Amount) -> None:
+        """A workload's reservations grew (or shrank: negative) by this much (GPUs,
+        cores, bytes of memory)."""
+
+    def started(self, wid: str, run_id: str) -> None: ...
+
+    def stopped(self, wid: str, run_id: str) -> None:
+        """A run ended before its work did: preempted."""
+
+
+@dataclass
+class SimActuator(MemoryActuator):
+    """MemoryActuator's reservations, ready at once. New reservations are listed in
+    `reserved` (the engine drains it after every step and reports them ready, as a
+    backend's watch would)."""
+
+    listener: SimListener | None = None
+    reserved: list[str] = field(default_factory=list)
+    amounts: dict[str, Amount] = field(default_factory=dict)  # group -> what it holds
+
+    def reserve(self, group: str, workers: Sequence[WorkerPlacement]) -> str:
+        self.groups[group] = list(workers)
+        self.reserved.append(group)
+        amount = self.amounts[group] = (
+            sum(w.request.gpu for w in workers),
+            sum(w.request.cpu for w in workers),
+            sum(w.request.memory for w in workers),
+        )
+        if self.listener is not None:
+            self.listener.held(group_owner(group), amount)
+        return group
+
+    def release(self, group: str, kill: bool = False) -> None:
+        # No log of releases (MemoryActuator keeps one): a simulation makes millions.
+        self.groups.pop(group, None)
+        amount = self.amounts.pop(group, None)
+        if self.listener is not None and amount is not None:
+            self.listener.held(group_owner(group), (-amount[0], -amount[1], -amount[2]))
+
+    def start(self, workload: Any) -> str:
+        run_id = f"{workload.id}/{workload.attempt}"
+        self.runs[run_id] = "RUNNING"
+        if self.listener is not None:
+            self.listener.started(workload.id, run_id)
+        return run_id
+
+    def stop(self, runner: Mapping[str, Any] | None, run_id: str) -> None:
+        if self.runs.pop(run_id, None) == "RUNNING" and self.listener is not None:
+            self.listener.stopped(group_owner(run_id), run_id)
+
+    def succeed(self, run_id: str) -> None:
+        self.runs.pop(run_id, None)
+
+    def notify(self, workload_id: str, notice: Mapping[str, Any] | None) -> None:
+        return None
+
+
+@dataclass
+class NullStore:
+    """Accepts every write and keeps nothing."""
+
+    writes: int = 0
+
+    def load(self, prefix: str) -> dict[str, Record]:
+        return {}
+
+    def get(self, key: str) -> Record | None:
+        return None
+
+    def put(self, key: str, value: Any, expected: int) -> int:
+        self.writes += 1
+        return expected + 1
+
+    def put_many(self, items: Sequence[tuple[str, Any, int]]) -> list[int]:
+        self.writes += len(items)
+        return [expected + 1 for _, _, expected in items]
+
+    def delete(self, key: str, expected: int) -> None:
+        return None
