@@ -39,6 +39,7 @@ __all__ = [
     "build_state_and_leaves",
     "charge_device",
     "cluster_total",
+    "count_tasks",
     "extended_columns",
     "job_problem",
     "node_demand",
@@ -316,14 +317,7 @@ class _Builder:
             if not (tasks and tasks[0].status is _PENDING and self._all_pending(job, tasks)):
                 for i, t in enumerate(info.tasks):
                     job.tasks.append(self._task(job, i, t))
-                job.active_count = sum(1 for t in job.tasks if t.status in _ACTIVE)
-                job.pending_count = sum(1 for t in job.tasks if t.status is _PENDING)
-                first = job.tasks[0] if job.tasks else None
-                job.uniform = (
-                    first is not None
-                    and first.amount is not None
-                    and all(t.demand is first.demand and t.amount is first.amount for t in job.tasks)
-                )
+                count_tasks(job)
             state.jobs.append(job)
             state.job_index[job.name] = job
         self._flush()
@@ -498,3 +492,16 @@ def charge_device(nodes: Nodes, node: int, group: int | None, fraction: float, r
         device.releasing += fraction
     nodes.refresh_fractions(node)
     return group
+
+
+def count_tasks(job: Job) -> None:
+    """A job's counters from its tasks (kept by the Statement afterwards): active and
+    pending tasks, and whether all its tasks share one demand and amount."""
+    job.active_count = sum(1 for t in job.tasks if t.status in _ACTIVE)
+    job.pending_count = sum(1 for t in job.tasks if t.status is _PENDING)
+    first = job.tasks[0] if job.tasks else None
+    job.uniform = (
+        first is not None
+        and first.amount is not None
+        and all(t.demand is first.demand and t.amount is first.amount for t in job.tasks)
+    )

@@ -47,6 +47,7 @@ from kai_ray.core.cluster import (
     build_state_and_leaves,
     charge_device,
     cluster_total,
+    count_tasks,
     job_problem,
     per_request,
 )
@@ -307,14 +308,7 @@ def _make_job(info: JobInfo, state: ClusterState, requests: RequestCache) -> Job
         if status in _HOLDING_INPUT and t.node is not None:
             task.node = nodes.index.get(t.node, -1)
         job.tasks.append(task)
-    job.active_count = sum(1 for t in job.tasks if t.status.is_active)
-    job.pending_count = sum(1 for t in job.tasks if t.status is _PENDING)
-    first = job.tasks[0] if job.tasks else None
-    job.uniform = (
-        first is not None
-        and first.amount is not None
-        and all(t.demand is first.demand and t.amount is first.amount for t in job.tasks)
-    )
+    count_tasks(job)
     return job
 
 

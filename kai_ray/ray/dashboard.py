@@ -170,4 +170,5 @@ class RayDashboard:
             "host": self.server.host,
             "port": self.server.port,
             "token_required": self.server.access.required,
+            "rays_token_accepted": self.server.access.also is not None,  # Ray runs with token auth
         }

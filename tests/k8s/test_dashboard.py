@@ -86,3 +86,39 @@ def test_operator_dashboard_shows_gangs_queues_and_nodes(k8s: K8sEnv, browser: A
     open_page(page, url, "queues")
     assert page.get_attribute("tr[data-queue='b']", "data-standing") == "over"
     page.close()
+
+
+def test_snapshot_of_a_kubernetes_cluster_replays_in_the_simulator(k8s: K8sEnv, tmp_path: Any) -> None:
+    import subprocess
+    import sys
+
+    k8s.node("n0", gpus=4)
+    k8s.queue("a", gpu=4)
+    k8s.start_fakes()
+    k8s.start_operator("--dashboard", "off")
+    k8s.create(RC, raycluster("one", group("gpu", replicas=3, min_replicas=3), queue="a"))
+    k8s.wait_for("one running", lambda: len(running(k8s.cluster_pods("one"))) == 4)
+    k8s.stop_operator()
+    k8s.create(RC, raycluster("two", group("gpu", replicas=2, min_replicas=2), queue="a"))
+    k8s.wait_for("two's pods made", lambda: len(k8s.cluster_pods("two")) == 3)
+    path = tmp_path / "state.json"
+    cli = [sys.executable, "-m", "kai_ray.cli"]
+    save = subprocess.run(
+        [*cli, "snapshot", "save", str(path), "--kubeconfig", k8s.api.kubeconfig],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert save.returncode == 0, save.stderr
+    doc = json.loads(path.read_text())
+    assert doc["source"] == "kubernetes" and [n["name"] for n in doc["nodes"]] == ["n0"]
+    jobs = {j["name"].split("/")[-1]: j for j in doc["jobs"]}
+    assert {t["status"] for t in jobs["one"]["tasks"]} == {"Running"}
+    assert {t["status"] for t in jobs["two"]["tasks"]} == {"Pending"}
+    replay = subprocess.run(
+        [*cli, "sim", "--snapshot", str(path), "--json"], capture_output=True, text=True, timeout=60
+    )
+    assert replay.returncode == 0, replay.stderr
+    waiting = json.loads(replay.stdout)["waiting"]
+    (two,) = [w for job, w in waiting.items() if job.endswith("/RayCluster/two")]
+    assert two["code"] == "no-room"  # 1 GPU free for a gang of 2: it waits, as the operator would say

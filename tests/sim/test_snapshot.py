@@ -126,9 +126,12 @@ def test_snapshot_save_writes_what_sim_replays(
     assert "evict    big/w0" in capsys.readouterr().out
 
 
-def test_snapshot_save_on_kubernetes_says_where_the_state_is(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["snapshot", "save", "x.json", "--kubeconfig", "kube.yaml"]) == 2
-    assert "--address ray://CONTROLLER:10001" in capsys.readouterr().err
+def test_snapshot_save_names_a_missing_kubeconfig(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert (
+        main(["snapshot", "save", str(tmp_path / "x.json"), "--kubeconfig", str(tmp_path / "no.yaml")]) == 2
+    )
+    assert "no.yaml does not exist; pass an existing file to --kubeconfig" in capsys.readouterr().err
+    assert not (tmp_path / "x.json").exists()
 
 
 def test_the_ray_actor_answers_with_a_snapshot_sim_reads() -> None:
