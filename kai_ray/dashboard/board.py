@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kai_ray.control.snapshot import NODE_TOPOLOGY
+from kai_ray.control.snapshot import NODE_TOPOLOGY, request_for
 from kai_ray.control.views import share_standing
 from kai_ray.control.workload import HOLDING, State, Workload
 from kai_ray.core import RESOURCES, NodeInfo, QueueInfo, QueueStatus
@@ -309,17 +309,16 @@ def _hold(
     holdings: dict[str, list[Holding]],
     held: dict[str, dict[str, float]],
 ) -> None:
-    res = w.spec.resources_per_worker
+    req = request_for(w.spec.resources_per_worker)
     for s in w.slots.values():
         node = nodes.get(s.node)
-        gpu = float(res.get("GPU", 0.0))
-        if gpu <= 0 and res.get("gpu_memory") and node is not None and node.gpu_memory > 0:
-            gpu = min(1.0, float(res["gpu_memory"]) / node.gpu_memory)
+        # The core's rule for a memory-sized fraction, on the node's own device memory.
+        gpu = req.gpu_fraction(node.gpu_memory) if node is not None else req.gpu
         holdings[s.node].append(Holding(w.id, w.spec.queue, gpu))
         into = held[s.node]
         into["gpu"] += gpu
-        into["cpu"] += float(res.get("CPU", 0.0))
-        into["memory"] += float(res.get("memory", 0.0))
+        into["cpu"] += req.cpu
+        into["memory"] += req.memory
 
 
 def grouping_levels(topologies: Mapping[str, Any]) -> list[str]:

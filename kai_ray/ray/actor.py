@@ -312,7 +312,7 @@ class SchedulerActor:
                 ev.set()
         if self._metrics is not None:
             self._metrics.count(events)
-        if events and hasattr(self, "dashboard"):
+        if events:
             self.dashboard.feed.touch()
 
     # ------------------------------------------------------------ workloads

@@ -153,14 +153,7 @@ class RayDashboard:
 
     def _publish(self) -> None:
         assert self.server is not None
-        info = {
-            "url": self.server.url,
-            "host": self.server.host,
-            "port": self.server.port,
-            "token_required": self.server.access.required,
-            "internal": self.server.access.internal,
-        }
-        _kv_put(KV_KEY, info)
+        _kv_put(KV_KEY, {**self.info(), "internal": self.server.access.internal})
 
     def info(self) -> dict[str, Any]:
         if self.server is None:
