@@ -16,12 +16,12 @@ something returns the events it caused (kai_ray.control.events).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from kai_ray.control import lifecycle as lc
+from kai_ray.control.cycles import CycleFn, cycle_function
 from kai_ray.control.events import Admitted, ControlEvent, Preempted, WorkloadChanged
 from kai_ray.control.planner import JobPlan, plan_cycle
 from kai_ray.control.ports import ActionFailed, Actuator, Clock, ClusterSource, Store, WorkerPlacement
@@ -50,20 +50,17 @@ from kai_ray.control.workload import (
 from kai_ray.core import (
     HOSTNAME_LABEL,
     ClusterSnapshot,
-    CycleCache,
     CycleResult,
     NodeInfo,
     QueueInfo,
     QueueStatus,
     SchedulerConfig,
     Topology,
-    run_cycle,
 )
 
 __all__ = ["OWNER_KEY", "Controller", "StepResult"]
 
 log = logging.getLogger(__name__)
-CycleFn = Callable[[ClusterSnapshot, SchedulerConfig, float], CycleResult]
 KEEP_FINISHED = 2000  # finished workloads kept for status queries
 OWNER_KEY = "kai-ray/owner-job"  # spec.metadata: the driver whose end cancels the workload
 # An error an adapter did not classify (a bug, an unexpected failure) is retried with
@@ -91,16 +88,15 @@ class Controller:
         node_label: str = HOSTNAME_LABEL,
         cycle: CycleFn | None = None,
         pause_gc: bool = False,
-        incremental: bool = False,
+        incremental: bool = True,
     ) -> None:
         """`pause_gc`: pause Python's cyclic garbage collector during each cycle (a
-        long-lived scheduler process with many live objects: see run_cycle)."""
+        long-lived scheduler process with many live objects: see run_cycle).
+        `incremental`: keep the cycle's working state between cycles (core.CycleCache):
+        a cycle then costs what changed, which JobInfos tells the core by handing it a
+        new JobInfo for each workload that changed. Off: every cycle rebuilds."""
         self.cluster, self.actuator, self.clock = cluster, actuator, clock
-        # `incremental`: keep the cycle's working state between cycles (core.CycleCache), so
-        # a cycle costs what changed (the simulator's choice). Off for the live backends:
-        # on Ray the suite once saw a cycle keep stale room with it, not yet explained.
-        cache = CycleCache() if incremental else None
-        self._cycle: CycleFn = cycle or functools.partial(run_cycle, pause_gc=pause_gc, cache=cache)
+        self._cycle: CycleFn = cycle or cycle_function(pause_gc=pause_gc, incremental=incremental)
         self.records = Records(store)
         self.queues = list(plan_apply([], queues, {}).queues) if queues else []
         config = config or SchedulerConfig()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from kai_ray.control.workload import HOLDING, SlotState, State, Workload
 from kai_ray.core import JobInfo, NodeInfo, Request, TaskInfo, TaskStatus, TopologyConstraint
@@ -22,12 +22,14 @@ __all__ = [
     "Lazily",
     "held_by_workloads",
     "job_info",
+    "kept",
     "parse_resources",
     "request_for",
     "same_nodes",
 ]
 
 NODE_TOPOLOGY = "kai-ray-node"  # a one-level topology over the node's own label: STRICT_PACK
+_Info = TypeVar("_Info", NodeInfo, JobInfo)
 _CORE_NAMES = {"GPU", "CPU", "memory", "gpu_memory"}
 _SPREAD = {"SPREAD": "preferred", "STRICT_SPREAD": "required"}
 _SLOT_STATUS = {
@@ -133,11 +135,14 @@ class JobInfos:
 def same_nodes(old: Mapping[str, NodeInfo], new: Iterable[NodeInfo]) -> dict[str, NodeInfo]:
     """The new nodes by name, keeping the old object for a node that did not change (the
     incremental cycle tells changed nodes by identity)."""
-    out: dict[str, NodeInfo] = {}
-    for n in new:
-        before = old.get(n.name)
-        out[n.name] = before if before is not None and (before is n or before == n) else n
-    return out
+    return {n.name: kept(old, n.name, n) for n in new}
+
+
+def kept(last: Mapping[str, _Info], name: str, new: _Info) -> _Info:
+    """The object last seen under `name` when it equals the new one, else the new one:
+    an unchanged node or job keeps its identity, which the cycle cache reads."""
+    before = last.get(name)
+    return before if before is not None and (before is new or before == new) else new
 
 
 class Lazily(Mapping[str, Mapping[str, float]]):

@@ -188,6 +188,9 @@ class Job:
     # its tasks ask for n times the first one's.
     uniform: bool = False
     pending_count: int = 0  # tasks Pending; kept by the Statement
+    # Search keys (failures.search_key) by (action, tasks) while no task is active: fixed
+    # then for a uniform job, so a job kept between cycles (incremental.py) keys once.
+    keys: dict[tuple[str, int], tuple[object, ...]] | None = None
 
     @property
     def name(self) -> str:

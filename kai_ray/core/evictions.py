@@ -222,16 +222,15 @@ def preempt(ctx: CycleContext) -> None:
     failed = FailedSearches(ctx.config.skip_failed_searches)
     candidates = _Candidates(ctx)
     while (job := order.next_job()) is not None:
-        queue = ctx.state.tree.names[job.queue]
-        ctx.stmt.default_reason(
-            job.name,
-            Reason(
-                "no-room",
-                f"no free room, and no lower-priority preemptible job in queue {queue} can make room for it",
-            ),
-        )
+        ctx.stmt.default_reason(job.name, functools.partial(_no_lower_priority, ctx, job))
         make_room(ctx, job, _preempt_plan(ctx, job, candidates), failed)
         order.done(job)
+
+
+def _no_lower_priority(ctx: CycleContext, job: Job) -> Reason:
+    queue = ctx.state.tree.names[job.queue]
+    text = f"no free room, and no lower-priority preemptible job in queue {queue} can make room for it"
+    return Reason("no-room", text)
 
 
 def _preempt_plan(ctx: CycleContext, job: Job, candidates: _Candidates) -> Plan:
@@ -271,7 +270,7 @@ def _reclaim_for(
     # My side is judged as it stood before this job's tasks were placed.
     mine_before = {q: state.usage.allocated_row(q) for q in tree.ancestors[job.queue]}
     if not policy.may_reclaim(state, shares, job, amount):
-        ctx.stmt.default_reason(job.name, _over_share_reason(ctx, job, amount))
+        ctx.stmt.default_reason(job.name, functools.partial(_over_share_reason, ctx, job, amount))
         return False
 
     def eligible(u: Unit) -> bool:
@@ -280,16 +279,20 @@ def _reclaim_for(
         return _may_take(ctx, mine, theirs, mine_before[mine] + amount)
 
     q = job.queue
-    reason = (
-        f"reclaimed by queue {tree.names[q]} (fair share "
-        f"{describe_amount(shares.fair_share[q])}, allocated {describe_amount(mine_before[q])})"
-    )
+
+    @functools.cache
+    def reason() -> str:  # made at the first eviction: most searches evict nothing
+        return (
+            f"reclaimed by queue {tree.names[q]} (fair share "
+            f"{describe_amount(shares.fair_share[q])}, allocated {describe_amount(mine_before[q])})"
+        )
+
     plan = Plan(
         action="reclaim",
         victims=lambda: [u for u in candidates.units if policy.may_reclaim_from(job, u.job)],
         eligible=eligible,
         min_runtime=lambda u: tree.reclaim_min_runtime_for(job.queue, u.job.queue),
-        evict_reason=lambda u: reason,
+        evict_reason=lambda u: reason(),
         giving=giving,
         holds=lambda: policy.reclaim_keeps_bounds(state, shares, job),
     )

@@ -57,6 +57,20 @@ def search_key(job: Job, tasks: Sequence[Task], action: str) -> FailureKey:
     selector, the topology constraint, the spreading, and the action's own inputs.
     A job with active tasks is keyed by itself: where they run shapes the search (its
     topology domain, its spread, its own tasks never being its victims)."""
+    fixed = job.uniform and not job.active_count
+    if fixed and job.keys is not None:
+        known = job.keys.get((action, len(tasks)))
+        if known is not None:
+            return known
+    key = _search_key(job, tasks, action)
+    if fixed:
+        if job.keys is None:
+            job.keys = {}
+        job.keys[(action, len(tasks))] = key
+    return key
+
+
+def _search_key(job: Job, tasks: Sequence[Task], action: str) -> FailureKey:
     first = tasks[0].demand if tasks else None
     if job.uniform or all(t.demand is first for t in tasks):
         shapes: object = ("alike", id(first), len(tasks))  # demands are shared per request

@@ -15,7 +15,8 @@ the last cycle, and patches them with what differs in the new snapshot:
   releasing and devices from its tasks in snapshot order, a leaf queue's figures from
   its jobs in snapshot order: the same arithmetic in the same order as the full build,
   so every figure has the same bits. What stays O(jobs) per cycle: one pass over the
-  snapshot's job list (identity checks, positions), which is cheap.
+  snapshot's job list (identity checks, positions), which is cheap; none at all when
+  the list holds the last snapshot's objects in the same order (an idle cycle).
 - **After the cycle.** The cycle's Statement keeps every undo step (committed ones too);
   `restore` takes the whole cycle back, then recomputes the nodes the cycle touched. The
   state is then again the one the snapshot describes, ready for the next patch.
@@ -32,6 +33,7 @@ random sequences of changes and compares every result.
 
 from __future__ import annotations
 
+import operator
 from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
@@ -87,6 +89,7 @@ class CycleCache:
         self._queues: list[QueueInfo] = []
         self._node_extended: frozenset[str] = frozenset()
         self._entries: dict[str, _Entry] = {}
+        self._infos: list[JobInfo] = []  # the last snapshot's jobs, in its order
         self._node_tasks: list[list[Task]] = []  # per node: the tasks holding it
         self._leaves: list[FloatArray] = []  # leaf queues' own allocated, non-preemptible, requested
         self._requests: RequestCache = {}
@@ -121,9 +124,7 @@ class CycleCache:
         if self.state is None or self._in_use or config != self._config or policy is not self._policy:
             return True
         old = self._nodes
-        if len(old) != len(snapshot.nodes) or any(
-            a is not b for a, b in zip(old, snapshot.nodes, strict=True)
-        ):
+        if len(old) != len(snapshot.nodes) or not all(map(operator.is_, old, snapshot.nodes)):
             return True
         return snapshot.queues != self._queues
 
@@ -145,6 +146,7 @@ class CycleCache:
                     self._node_tasks[t.node].append(t)
         self._extended = Counter()
         self._entries = {}
+        self._infos = list(snapshot.jobs)
         for info in snapshot.jobs:
             extended = _extended_of(info)
             self._extended.update(extended)
@@ -162,6 +164,11 @@ class CycleCache:
         state may then be half patched: the caller rebuilds it)."""
         state = self.state
         assert state is not None
+        infos, last = snapshot.jobs, self._infos
+        if not changed and len(infos) == len(last) and all(map(operator.is_, infos, last)):
+            state.usage.set_leaves(*self._leaves)  # nothing changed: the state is the last one's
+            return True
+        self._infos = list(infos)
         old, new = self._entries, {}
         nodes: set[int] = set()
         queues: set[int] = set()

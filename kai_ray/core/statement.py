@@ -83,10 +83,11 @@ class Statement:
         for job, reason in reversed(previous):
             self._restore_reason(job, reason)
 
-    def default_reason(self, job: str, reason: Reason) -> None:
-        """Set a reason only where no earlier one says more (an earlier action's)."""
+    def default_reason(self, job: str, reason: Callable[[], Reason]) -> None:
+        """Set a reason only where no earlier one says more (an earlier action's). Made
+        only when it is set: most waiting jobs have their reason from allocate already."""
         if job not in self.reasons:
-            self.set_reason(job, reason)
+            self.set_reason(job, reason())
 
     def clear_reason(self, job: str) -> None:
         """The job no longer waits (its last pending task was placed)."""

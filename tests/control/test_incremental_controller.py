@@ -4,16 +4,19 @@ same cycle results and the same workloads."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 from unittest.mock import patch
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kai_ray.control import Controller, State
+from kai_ray.control.cycles import CHECK_INCREMENTAL_ENV, IncrementalMismatch
 from kai_ray.control.memory import ManualClock, MemoryActuator, MemoryCluster, MemoryStore
 from kai_ray.control.snapshot import job_info
-from kai_ray.core import QueueInfo, SchedulerConfig, run_cycle
+from kai_ray.core import CycleCache, QueueInfo, SchedulerConfig, run_cycle
 from tests.control.harness import QUEUES, node, spec
 
 
@@ -139,3 +142,37 @@ def test_what_workloads_hold_is_worked_out_only_for_a_source_that_reads_it() -> 
     c.cluster = Reading(c.cluster.node_list)  # type: ignore[attr-defined]
     c.step()
     assert seen == [{"n0": {"gpu": 4.0, "cpu": 1.0}, "n1": {"gpu": 4.0, "cpu": 1.0}}]
+
+
+def test_the_check_catches_a_cache_that_keeps_a_stale_state(monkeypatch: Any) -> None:
+    # The suite runs every Controller with KAI_RAY_CHECK_INCREMENTAL (tests/conftest.py).
+    # A cache that forgets to recompute the queues of the jobs that changed keeps their
+    # old figures: the check must say so, naming what differs.
+    assert os.environ.get(CHECK_INCREMENTAL_ENV)
+    monkeypatch.setattr(CycleCache, "_rebuild_queues", lambda self, queues, jobs: None)
+    c = controller(full=False)
+    c.submit("w1", spec(workers=1, resources_per_worker={"GPU": 4, "CPU": 1}))
+    c.clock.t = 1.0  # type: ignore[attr-defined]
+    c.step()  # the first cycle is a full build: the same either way
+    c.submit("w2", spec(workers=2, resources_per_worker={"GPU": 4, "CPU": 1}))
+    c.clock.t = 2.0  # type: ignore[attr-defined]
+    with pytest.raises(IncrementalMismatch, match=r"differs from the full one:\n(.*\n)*queues: "):
+        c.step()
+
+
+def test_without_the_check_the_controller_decides_from_the_cache_alone(monkeypatch: Any) -> None:
+    monkeypatch.delenv(CHECK_INCREMENTAL_ENV)
+    calls: list[bool] = []
+
+    def counted(*args: Any, cache: Any = None, **kw: Any) -> Any:
+        calls.append(cache is not None)
+        return run_cycle(*args, cache=cache, **kw)
+
+    monkeypatch.setattr("kai_ray.control.cycles.run_cycle", counted)
+    c = controller(full=False)
+    c.submit("w", spec(workers=1, resources_per_worker={"GPU": 4, "CPU": 1}))
+    for t in (1.0, 2.0, 3.0):
+        c.clock.t = t  # type: ignore[attr-defined]
+        c.step()
+    assert calls == [True, True, True]
+    assert c.workloads["w"].state is State.RUNNING

@@ -278,6 +278,19 @@ def test_a_steady_sequence_patches_and_never_rebuilds() -> None:
     assert (cache.rebuilds, cache.patches) == (1, 11)
 
 
+def test_an_idle_cycle_reuses_the_state_and_still_sees_a_job_named_as_changed() -> None:
+    world = World([node(i, 8, 16.0) for i in range(2)], SchedulerConfig())
+    cache = CycleCache()
+    world.apply(("submit", 0, 2, "a", 50, False, "", False, False))
+    world.apply(("submit", 1, 8, "b", 50, False, "", False, False))  # too big: waits
+    world.carry_out(cycle_both(world, cache))
+    for _ in range(2):  # the same job objects in the same order: nothing to patch
+        assert cycle_both(world, cache).pending_reasons.keys() == {world.jobs[1].name}
+    world.apply(("in-place", 1))  # the same list again, one job changed in place and named
+    assert cycle_both(world, cache).queues["c"].requested[0] > 0  # moved from b to c
+    assert (cache.rebuilds, cache.patches) == (1, 3)
+
+
 def test_what_cannot_be_patched_is_rebuilt() -> None:
     world = World([node(i, 8, 16.0) for i in range(2)], SchedulerConfig())
     cache = CycleCache()

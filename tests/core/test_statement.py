@@ -181,12 +181,13 @@ def test_a_reason_set_or_cleared_after_a_checkpoint_is_undone_by_rollback() -> N
     checkpoint = stmt.checkpoint()
     stmt.clear_reason("gang")
     stmt.set_reason("other", Reason("queue-limit", "at its limit"))
-    stmt.default_reason("gang", Reason("fair-share", "over its share"))
+    stmt.default_reason("gang", lambda: Reason("fair-share", "over its share"))
     assert stmt.reasons == {
         "other": Reason("queue-limit", "at its limit"),
         "gang": Reason("fair-share", "over its share"),
     }
     stmt.rollback(checkpoint)
     assert stmt.reasons == {"gang": room}
-    stmt.default_reason("gang", Reason("fair-share", "ignored: an earlier reason stands"))
-    assert stmt.reasons == {"gang": room}
+    made: list[str] = []
+    stmt.default_reason("gang", lambda: made.append("made") or Reason("fair-share", "ignored"))
+    assert stmt.reasons == {"gang": room} and made == []  # an earlier reason stands, nothing made

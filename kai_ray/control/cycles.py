@@ -1,0 +1,87 @@
+"""How a backend runs the core's cycles: incremental (core.CycleCache) by default, and,
+where asked, each one checked against the full rebuild.
+
+Every backend hands its cycles through here (the Controller, so Ray and the simulator;
+the Kubernetes operator), so one switch checks them all: with `KAI_RAY_CHECK_INCREMENTAL`
+set, every cycle is decided both ways and a difference raises IncrementalMismatch, naming
+the fields that differ. The test suite sets it, so the real backends' sequences of changes
+test the cache as well as the random ones of tests/core do.
+
+The cache tells what changed by identity (see core/incremental.py). A backend that makes
+its snapshot afresh every pass (the operator lists its world) keeps the last pass's
+objects where they are equal (`Stable`), so that an unchanged job costs nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from collections.abc import Callable
+
+from kai_ray.control.snapshot import kept
+from kai_ray.core import (
+    ClusterSnapshot,
+    CycleCache,
+    CycleResult,
+    JobInfo,
+    NodeInfo,
+    SchedulerConfig,
+    run_cycle,
+)
+
+__all__ = ["CHECK_INCREMENTAL_ENV", "CycleFn", "IncrementalMismatch", "Stable", "cycle_function"]
+
+log = logging.getLogger(__name__)
+CycleFn = Callable[[ClusterSnapshot, SchedulerConfig, float], CycleResult]
+# Set (to anything): every incremental cycle is checked against the full rebuild.
+CHECK_INCREMENTAL_ENV = "KAI_RAY_CHECK_INCREMENTAL"
+_RESULT_FIELDS = ("decisions", "pending_reasons", "queues", "invalid", "queue_order", "waiting")
+
+
+class IncrementalMismatch(AssertionError):
+    """The incremental cycle decided otherwise than the full rebuild (a bug)."""
+
+    def __init__(self, want: CycleResult, got: CycleResult) -> None:
+        lines = [
+            f"{k}: full {getattr(want, k)!r}, incremental {getattr(got, k)!r}"
+            for k in _RESULT_FIELDS
+            if getattr(want, k) != getattr(got, k)
+        ]
+        super().__init__("incremental cycle differs from the full one:\n" + "\n".join(lines))
+
+
+def cycle_function(*, pause_gc: bool = False, incremental: bool = True) -> CycleFn:
+    """One backend's cycles: with a cache of its own when `incremental`; checked against
+    the full rebuild when CHECK_INCREMENTAL_ENV is set."""
+    if not incremental:
+        return functools.partial(run_cycle, pause_gc=pause_gc)
+    cache = CycleCache()
+    if not os.environ.get(CHECK_INCREMENTAL_ENV):
+        return functools.partial(run_cycle, pause_gc=pause_gc, cache=cache)
+    log.info("%s is set: every incremental cycle is checked against a full one", CHECK_INCREMENTAL_ENV)
+
+    def checked(snapshot: ClusterSnapshot, config: SchedulerConfig, now: float) -> CycleResult:
+        got = run_cycle(snapshot, config, now, pause_gc=pause_gc, cache=cache)
+        want = run_cycle(snapshot, config, now, pause_gc=pause_gc)
+        if got != want:
+            raise IncrementalMismatch(want, got)
+        return want
+
+    return checked
+
+
+class Stable:
+    """A snapshot made afresh every pass, with the last pass's node and job objects kept
+    where the new ones are equal: the identity the cycle cache reads as "unchanged"."""
+
+    def __init__(self) -> None:
+        self._nodes: dict[str, NodeInfo] = {}
+        self._jobs: dict[str, JobInfo] = {}
+
+    def keep(self, snapshot: ClusterSnapshot) -> ClusterSnapshot:
+        nodes = [kept(self._nodes, n.name, n) for n in snapshot.nodes]
+        jobs = [kept(self._jobs, j.name, j) for j in snapshot.jobs]
+        self._nodes = {n.name: n for n in nodes}
+        self._jobs = {j.name: j for j in jobs}
+        return ClusterSnapshot(nodes=nodes, queues=snapshot.queues, jobs=jobs, usage=snapshot.usage)
