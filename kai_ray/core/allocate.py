@@ -16,7 +16,7 @@ __all__ = ["allocate", "allocate_step"]
 
 
 def allocate(ctx: CycleContext) -> None:
-    waiting = [j for j in ctx.state.maybe_pending() if j.active_count < len(j.tasks) and j.pending()]
+    waiting = [j for j in ctx.state.maybe_pending() if j.pending_count and j.active_count < len(j.tasks)]
     order = ctx.job_queues(waiting)
     # Capacity only shrinks during allocate, so a gang that did not fit fails the same way
     # for every job with the same placement inputs for the rest of the action.
@@ -52,11 +52,10 @@ class _Settled:
             self._add(job)
 
     def _add(self, job: Job) -> None:
-        missing = job.gang - job.active()
-        pending = job.pending()
-        if missing > len(pending):
+        missing = job.gang - job.active_count
+        if missing > job.pending_count:
             return  # gang incomplete: sure to fail
-        key = search_key(job, pending[:missing], "allocate") if missing > 0 else None
+        key = search_key(job, job.missing, "allocate", missing) if missing > 0 else None
         self.keys[id(job)] = key
         self.count[key] = self.count.get(key, 0) + 1
 

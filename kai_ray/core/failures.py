@@ -50,23 +50,28 @@ _VICTIM_INPUTS: dict[str, Callable[[Job], tuple[object, ...]]] = {
 }
 
 
-def search_key(job: Job, tasks: Sequence[Task], action: str) -> FailureKey:
+def search_key(
+    job: Job, tasks: Sequence[Task] | Callable[[], Sequence[Task]], action: str, n: int = -1
+) -> FailureKey:
     """Every input of placing `tasks` (what the job still misses of its gang) for `job`
     in `action`, besides the cycle's state: the requests and their number, the gang (its
     minMember; a job whose gang is all its tasks places exactly that many), the node
     selector, the topology constraint, the spreading, and the action's own inputs.
     A job with active tasks is keyed by itself: where they run shapes the search (its
-    topology domain, its spread, its own tasks never being its victims)."""
+    topology domain, its spread, its own tasks never being its victims).
+    `tasks` may be a callable returning them, with `n` their number: then a key kept
+    on the job is found without listing its tasks."""
     fixed = job.uniform and not job.active_count
+    size = n if callable(tasks) else len(tasks)
     if fixed and job.keys is not None:
-        known = job.keys.get((action, len(tasks)))
+        known = job.keys.get((action, size))
         if known is not None:
             return known
-    key = _search_key(job, tasks, action)
+    key = _search_key(job, tasks() if callable(tasks) else tasks, action)
     if fixed:
         if job.keys is None:
             job.keys = {}
-        job.keys[(action, len(tasks))] = key
+        job.keys[(action, size)] = key
     return key
 
 

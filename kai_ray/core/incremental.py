@@ -36,7 +36,6 @@ from __future__ import annotations
 import operator
 from collections import Counter
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -53,6 +52,8 @@ from kai_ray.core.cluster import (
     job_problem,
     per_request,
 )
+from kai_ray.core.jobdiff import JobDiff
+from kai_ray.core.jobline import Entry, JobLine
 from kai_ray.core.model import ClusterSnapshot, JobInfo, NodeInfo, QueueInfo, SchedulerConfig, TaskStatus
 from kai_ray.core.placement import Placer
 from kai_ray.core.policy import Policy
@@ -63,13 +64,6 @@ __all__ = ["CycleCache"]
 
 _PENDING, _RELEASING, _BINDING = TaskStatus.PENDING, TaskStatus.RELEASING, TaskStatus.BINDING
 _HOLDING_INPUT = frozenset({TaskStatus.RUNNING, TaskStatus.RELEASING, TaskStatus.PIPELINED})
-
-
-@dataclass(slots=True)
-class _Entry:
-    info: JobInfo  # what the job was built from
-    job: Job | None  # None: invalid (its reason is in state.invalid)
-    extended: frozenset[str]  # extended resources its tasks ask for
 
 
 class CycleCache:
@@ -88,8 +82,9 @@ class CycleCache:
         self._nodes: list[NodeInfo] = []
         self._queues: list[QueueInfo] = []
         self._node_extended: frozenset[str] = frozenset()
-        self._entries: dict[str, _Entry] = {}
-        self._infos: list[JobInfo] = []  # the last snapshot's jobs, in its order
+        self._entries: dict[str, Entry] = {}
+        self._line = JobLine()  # the last snapshot's jobs, in its order
+        self._members: dict[int, dict[int, Job]] = {}  # leaf queue -> its jobs, by id
         self._node_tasks: list[list[Task]] = []  # per node: the tasks holding it
         self._leaves: list[FloatArray] = []  # leaf queues' own allocated, non-preemptible, requested
         self._requests: RequestCache = {}
@@ -146,16 +141,21 @@ class CycleCache:
                     self._node_tasks[t.node].append(t)
         self._extended = Counter()
         self._entries = {}
-        self._infos = list(snapshot.jobs)
+        line: list[Entry] = []
         for info in snapshot.jobs:
             extended = _extended_of(info)
             self._extended.update(extended)
             built = state.job_index.get(info.name)
             valid = built if built is not None and built.info is info else None
-            self._entries[info.name] = _Entry(info, valid, extended)
+            line.append(Entry(info, valid, extended))
+            self._entries[info.name] = line[-1]
         if len(self._entries) != len(snapshot.jobs):
             self._config = None  # a name used twice: the next cycle is built afresh too
-        state.waiting = [j for j in state.jobs if j.pending_count]
+        self._line.number(line)
+        self._members = {}
+        for job in state.jobs:
+            self._members.setdefault(job.queue, {})[id(job)] = job
+        state.waiting = self._line.waiting()
 
     # ------------------------------------------------------------ patching
 
@@ -164,26 +164,71 @@ class CycleCache:
         state may then be half patched: the caller rebuilds it)."""
         state = self.state
         assert state is not None
-        infos, last = snapshot.jobs, self._infos
-        if not changed and len(infos) == len(last) and all(map(operator.is_, infos, last)):
+        infos, line = snapshot.jobs, self._line
+        if not changed and line.same(infos):
             state.usage.set_leaves(*self._leaves)  # nothing changed: the state is the last one's
             return True
-        self._infos = list(infos)
-        old, new = self._entries, {}
+        diff = None if changed else line.diff(infos, self._entries)
         nodes: set[int] = set()
         queues: set[int] = set()
-        jobs: list[Job] = []
-        waiting: list[Job] = []
+        if diff is None:  # jobs changed in place, or moved: look at each
+            patched = self._patch_every_job(infos, changed, nodes, queues)
+        else:
+            patched = self._patch_by_diff(infos, diff, nodes, queues)
+        if not patched or len(self._requests) > self.max_requests:
+            return False
+        state.jobs, state.waiting = line.jobs(), line.waiting()
+        for node in nodes:
+            self._rebuild_node(node)
+        self._rebuild_queues(queues)
+        state.usage.set_leaves(*self._leaves)  # the last cycle's placements changed its figures
+        return True
+
+    def _patch_by_diff(
+        self, infos: Sequence[JobInfo], diff: JobDiff, nodes: set[int], queues: set[int]
+    ) -> bool:
+        """Only what the diff names: the jobs gone, then the new ones (a changed job is
+        both: its old object gone, its new one in its place)."""
+        entries, line = self._entries, self._line.entries
+        columns_may_change = False
+        for position in diff.removed:
+            entry = line[position]
+            self._drop(entry, nodes, queues)
+            if entries.get(entry.info.name) is entry:
+                del entries[entry.info.name]
+            columns_may_change = columns_may_change or bool(entry.extended)
+        made: dict[int, Entry] = {}
+        for piece in diff.pieces:
+            if isinstance(piece, int):
+                info = infos[piece]
+                if info.name in entries:
+                    return False  # a name used twice
+                entries[info.name] = made[piece] = self._make(info, nodes, queues)
+                columns_may_change = columns_may_change or bool(made[piece].extended)
+        if columns_may_change and not self._same_columns():
+            return False
+        return self._line.apply(infos, diff, made)
+
+    def _patch_every_job(
+        self, infos: Sequence[JobInfo], changed: Collection[str], nodes: set[int], queues: set[int]
+    ) -> bool:
+        """Every job looked at: the ones changed in place (named in `changed`), new or
+        changed objects; the line numbered afresh."""
+        old, new = self._entries, {}
         columns_may_change = False
         found = 0  # snapshot jobs whose name was known: fewer than before means removals
-        # The one pass over every job of a steady cycle: kept lean on purpose.
-        lookup, keep, keep_waiting = old.get, jobs.append, waiting.append
-        for order, info in enumerate(snapshot.jobs):
+        line: list[Entry] = []
+        last_order = -1  # kept jobs must keep their order: their nodes' sums run in it
+        for info in infos:
             name = info.name
-            entry = lookup(name)
+            entry = old.get(name)
             if entry is not None:
                 found += 1
-            if entry is None or entry.info is not info or (changed and name in changed):
+            if entry is not None and entry.info is info and name not in changed and entry.job is not None:
+                if entry.job.order < last_order:
+                    return False
+                last_order = entry.job.order
+            if entry is None or entry.info is not info or name in changed:
                 if name in new:
                     return False  # a name used twice
                 if entry is not None:
@@ -191,13 +236,8 @@ class CycleCache:
                 entry = self._make(info, nodes, queues)
                 columns_may_change = columns_may_change or bool(entry.extended)
             new[name] = entry
-            job = entry.job
-            if job is not None:
-                job.order = order
-                keep(job)
-                if job.pending_count:
-                    keep_waiting(job)
-        if len(new) != len(snapshot.jobs):
+            line.append(entry)
+        if len(new) != len(infos):
             return False
         if found < len(old):
             for name, entry in old.items():
@@ -207,16 +247,10 @@ class CycleCache:
         self._entries = new
         if columns_may_change and not self._same_columns():
             return False
-        if len(self._requests) > self.max_requests:
-            return False
-        state.jobs, state.waiting = jobs, waiting
-        for node in nodes:
-            self._rebuild_node(node)
-        self._rebuild_queues(queues, jobs)
-        state.usage.set_leaves(*self._leaves)  # the last cycle's placements changed its figures
+        self._line.number(line)
         return True
 
-    def _make(self, info: JobInfo, nodes: set[int], queues: set[int]) -> _Entry:
+    def _make(self, info: JobInfo, nodes: set[int], queues: set[int]) -> Entry:
         state = self.state
         assert state is not None
         extended = _extended_of(info)
@@ -224,17 +258,18 @@ class CycleCache:
         problem = job_problem(info, state.tree)
         if problem:
             state.invalid[info.name] = problem
-            return _Entry(info, None, extended)
+            return Entry(info, None, extended)
         job = _make_job(info, state, self._requests)
         state.job_index[info.name] = job
+        self._members.setdefault(job.queue, {})[id(job)] = job
         for t in job.tasks:
             if t.node >= 0:
                 self._node_tasks[t.node].append(t)
                 nodes.add(t.node)
         queues.add(job.queue)
-        return _Entry(info, job, extended)
+        return Entry(info, job, extended)
 
-    def _drop(self, entry: _Entry, nodes: set[int], queues: set[int]) -> None:
+    def _drop(self, entry: Entry, nodes: set[int], queues: set[int]) -> None:
         state = self.state
         assert state is not None
         self._extended.subtract(entry.extended)
@@ -244,6 +279,7 @@ class CycleCache:
             return
         if state.job_index.get(name) is job:
             del state.job_index[name]
+        self._members[job.queue].pop(id(job), None)
         for t in job.tasks:
             if t.node >= 0:
                 self._node_tasks[t.node].remove(t)
@@ -280,18 +316,18 @@ class CycleCache:
         nodes.refresh_fractions(node)
         nodes.changed(node)
 
-    def _rebuild_queues(self, queues: set[int], jobs: Sequence[Job]) -> None:
-        if not queues:
-            return
+    def _rebuild_queues(self, queues: set[int]) -> None:
+        """Each changed leaf queue's figures from its jobs in snapshot order."""
         state = self.state
         assert state is not None
-        members: dict[int, list[Job]] = {q: [] for q in queues}
-        for job in jobs:
-            if job.queue in members:
-                members[job.queue].append(job)
         allocated, nonpreemptible, requested = self._leaves
-        for q, queue_jobs in members.items():
-            allocated[q], nonpreemptible[q], requested[q] = _leaf_figures(state, queue_jobs)
+        for q in queues:
+            jobs = sorted(self._members.get(q, {}).values(), key=_by_order)
+            allocated[q], nonpreemptible[q], requested[q] = _leaf_figures(state, jobs)
+
+
+def _by_order(job: Job) -> int:
+    return job.order
 
 
 def _extended_of(info: JobInfo) -> frozenset[str]:

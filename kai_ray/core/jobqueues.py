@@ -38,9 +38,12 @@ class JobQueues:
         # a job may come back in line.
         self.waiting: dict[int, list[tuple[Any, ...]]] = {}
         self._arrival = 0
-        for key, job in sorted(((job_key(j), j) for j in jobs), key=lambda kj: kj[0]):
+        jobs = list(jobs)
+        keys = list(map(job_key, jobs))
+        for i in sorted(range(len(jobs)), key=keys.__getitem__):  # stable: ties keep `jobs` order
+            job = jobs[i]
             self._arrival += 1  # ascending keys in arrival order: each list is a valid heap
-            self.waiting.setdefault(job.queue, []).append((*key, self._arrival, job))
+            self.waiting.setdefault(job.queue, []).append((*keys[i], self._arrival, job))
         # Per inner queue, its children as (*rank, tick, child, version): flat tuples.
         self.heaps: dict[int, list[tuple[Any, ...]]] = {}
         self.version = [0] * len(tree)

@@ -149,7 +149,7 @@ def test_the_check_catches_a_cache_that_keeps_a_stale_state(monkeypatch: Any) ->
     # A cache that forgets to recompute the queues of the jobs that changed keeps their
     # old figures: the check must say so, naming what differs.
     assert os.environ.get(CHECK_INCREMENTAL_ENV)
-    monkeypatch.setattr(CycleCache, "_rebuild_queues", lambda self, queues, jobs: None)
+    monkeypatch.setattr(CycleCache, "_rebuild_queues", lambda self, queues: None)
     c = controller(full=False)
     c.submit("w1", spec(workers=1, resources_per_worker={"GPU": 4, "CPU": 1}))
     c.clock.t = 1.0  # type: ignore[attr-defined]
