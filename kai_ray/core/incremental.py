@@ -8,24 +8,28 @@ the last cycle, and patches them with what differs in the new snapshot:
 - **How a change is found.** By identity: a job whose JobInfo is the very object of
   the last cycle (`is`) is taken as unchanged. A caller that builds a new JobInfo for
   every job that changed (the Controller does) needs to say nothing more; one that
-  changes a JobInfo or its tasks in place names those jobs in `changed`. Jobs that
-  appear or disappear are found by name.
+  changes a JobInfo or its tasks in place names those jobs in `changed`. The job list
+  is diffed against the last one at C speed (jobdiff.py): runs of the same objects are
+  kept as they are, and only the jobs that appeared or disappeared are looked at. When
+  kept jobs changed places, or jobs are named in `changed`, every job is looked at
+  (still without rebuilding the unchanged ones).
 - **What a changed job costs.** Its Job and Task objects are made again, and only the
   nodes its tasks hold (before and after) and its queue are recomputed: a node's idle,
   releasing and devices from its tasks in snapshot order, a leaf queue's figures from
   its jobs in snapshot order: the same arithmetic in the same order as the full build,
-  so every figure has the same bits. What stays O(jobs) per cycle: one pass over the
-  snapshot's job list (identity checks, positions), which is cheap; none at all when
-  the list holds the last snapshot's objects in the same order (an idle cycle).
+  so every figure has the same bits. Orders are spaced apart (jobline.py), so a job
+  that appears between two others takes a value between theirs and nobody else's
+  changes; only their comparison matters.
 - **After the cycle.** The cycle's Statement keeps every undo step (committed ones too);
   `restore` takes the whole cycle back, then recomputes the nodes the cycle touched. The
   state is then again the one the snapshot describes, ready for the next patch.
 - **What rebuilds everything** (as the full path does): the first cycle; a node list
   that is not the same objects in the same order (nodes change rarely: any node added,
   removed or changed rebuilds); another queue list, config or policy; a job that
-  changes the set of extended-resource columns; a job name used twice; more distinct
-  requests than `max_requests` (their arrays are shared by identity); a cycle that
-  raised before it was restored.
+  changes the set of extended-resource columns; a job name used twice; kept jobs that
+  changed places; no order left between two neighbours (after many jobs appeared at one
+  place); more distinct requests than `max_requests` (their arrays are shared by
+  identity); a cycle that raised before it was restored.
 
 The full rebuild stays the reference: tests/core/test_incremental.py drives both on
 random sequences of changes and compares every result.
