@@ -7,9 +7,10 @@ from __future__ import annotations
 from kai_ray.core.capacity import capacity_problem, capped
 from kai_ray.core.cluster import Job, Task
 from kai_ray.core.context import CycleContext
-from kai_ray.core.failures import FailedSearches, FailureKey, search_key
+from kai_ray.core.failures import FailedSearches, search_key
 from kai_ray.core.model import Reason
 from kai_ray.core.reasons import explain_unplaced
+from kai_ray.core.settling import SureToFail
 from kai_ray.core.words import agree, count
 
 __all__ = ["allocate", "allocate_step"]
@@ -21,70 +22,38 @@ def allocate(ctx: CycleContext) -> None:
     # Capacity only shrinks during allocate, so a gang that did not fit fails the same way
     # for every job with the same placement inputs for the rest of the action.
     failed = FailedSearches(ctx.config.skip_failed_searches)
-    settled = _Settled(waiting, failed) if failed.enabled else None
+    sure = SureToFail(waiting, failed, "allocate") if failed.enabled else None
     while (job := order.next_job()) is not None:
         placed = allocate_step(ctx, job, "allocate", failed)
-        if placed and job.active_count < len(job.tasks) and job.pending():
+        if placed and job.active_count < len(job.tasks) and job.pending_count:
             order.push_back(job)  # an elastic job goes back in line for each surplus task
-            if settled is not None:
-                settled.pushed_back(job)
+            if sure is not None:
+                sure.pushed_back(job)
         else:
             order.done(job)
-            if settled is not None:
-                settled.tried(job)
-        if settled is not None and settled.all_fail():
+            if sure is not None:
+                sure.tried(job)
+        if sure is not None and sure.all_fail():
             # No job left can place anything: queue order no longer matters, so each is
             # given its reason as allocate_step would, without ranking the queues.
-            settled.settle(ctx, order.remaining())
+            _settle(ctx, sure, order.remaining())
             return
 
 
-class _Settled:
-    """Whether every job still in line is sure to fail: its gang incomplete, or its
-    search key among the failed ones (allocate_step then never places). A job with its
-    gang whole (elastic surplus) is never sure. Counts per key, so the check is O(1)."""
-
-    def __init__(self, jobs: list[Job], failed: FailedSearches) -> None:
-        self.failed = failed
-        self.keys: dict[int, FailureKey | None] = {}  # per job: None = not sure ever
-        self.count: dict[FailureKey | None, int] = {}
-        for job in jobs:
-            self._add(job)
-
-    def _add(self, job: Job) -> None:
-        missing = job.gang - job.active_count
-        if missing > job.pending_count:
-            return  # gang incomplete: sure to fail
-        key = search_key(job, job.missing, "allocate", missing) if missing > 0 else None
-        self.keys[id(job)] = key
-        self.count[key] = self.count.get(key, 0) + 1
-
-    def tried(self, job: Job) -> None:
-        key = self.keys.pop(id(job), 0)
-        if key != 0:
-            self.count[key] -= 1  # type: ignore[index]
-
-    def pushed_back(self, job: Job) -> None:
-        self.tried(job)
-        self._add(job)
-
-    def settle(self, ctx: CycleContext, jobs: list[Job]) -> None:
-        """Each job's reason, as allocate_step gives it (all_fail() holds): a job with a
-        failed key and no queue check to make gets that key's reason, all in one go; the
-        others go through allocate_step."""
-        said: list[tuple[str, Reason]] = []
-        for job in jobs:
-            key = self.keys.get(id(job))
-            if key is None or capped(ctx.state, job):
-                allocate_step(ctx, job, "allocate", self.failed)
-                continue
-            reason = self.failed.reason(key)
-            assert reason is not None, "allocate remembers why each failed gang failed"
-            said.append((job.name, reason))
-        ctx.stmt.set_reasons(said)
-
-    def all_fail(self) -> bool:
-        return all(n == 0 or (key is not None and self.failed.known(key)) for key, n in self.count.items())
+def _settle(ctx: CycleContext, sure: SureToFail, jobs: list[Job]) -> None:
+    """Each job's reason, as allocate_step gives it (all_fail() holds): a job with a
+    failed key and no queue check to make gets that key's reason, all in one go; the
+    others go through allocate_step."""
+    said: list[tuple[str, Reason]] = []
+    for job in jobs:
+        key = sure.key_of(job)
+        if key is None or capped(ctx.state, job):
+            allocate_step(ctx, job, "allocate", sure.failed)
+            continue
+        reason = sure.failed.reason(key)
+        assert reason is not None, "allocate remembers why each failed gang failed"
+        said.append((job.name, reason))
+    ctx.stmt.set_reasons(said)
 
 
 def allocate_step(ctx: CycleContext, job: Job, action: str, failed: FailedSearches | None = None) -> bool:

@@ -10,6 +10,7 @@ from kai_ray.core.capacity import capacity_problem
 from kai_ray.core.cluster import EPS, Job, Task
 from kai_ray.core.context import CycleContext
 from kai_ray.core.failures import FailedSearches, search_key
+from kai_ray.core.settling import each_waiting_gang
 from kai_ray.core.victims import Unit, evict_unit, victim_units
 
 __all__ = ["consolidate"]
@@ -20,24 +21,28 @@ def consolidate(ctx: CycleContext) -> None:
     capacity but nowhere at once; commit only when every moved job is placed again."""
     if "spread" in (ctx.config.gpu_placement, ctx.config.cpu_placement):
         return  # consolidation packs; it would undo a spread placement
-    order = ctx.waiting_gangs()
     failed = FailedSearches(ctx.config.skip_failed_searches)
-    while (job := order.next_job()) is not None:
-        gang = job.missing()
-        if gang and ctx.policy.may_be_victim(job):
-            # The key first: summing the free room over ten thousand nodes for each of a
-            # thousand look-alike jobs would cost more than the rest of the action.
-            key = search_key(job, gang, "consolidation")
-            if failed.known(key):
-                pass  # the same gang already found no moves (or no total room)
-            elif not _room_in_total(ctx, job, gang):
-                failed.add(key, None)  # room alone decided it: the same for look-alikes
-            elif capacity_problem(ctx.state, ctx.shares, job, ctx.amount(gang)) is None:
-                if _consolidate_for(ctx, job, gang):
-                    failed.clear()  # jobs moved: an earlier failure may succeed now
-                else:
-                    failed.add(key, None)
-        order.done(job)
+    # A gang too few tasks are left for is still tried here: incomplete_fails=False.
+    each_waiting_gang(
+        ctx, "consolidation", failed, lambda job: _step(ctx, job, failed), incomplete_fails=False
+    )
+
+
+def _step(ctx: CycleContext, job: Job, failed: FailedSearches) -> None:
+    gang = job.missing()
+    if gang and ctx.policy.may_be_victim(job):
+        # The key first: summing the free room over ten thousand nodes for each of a
+        # thousand look-alike jobs would cost more than the rest of the action.
+        key = search_key(job, gang, "consolidation")
+        if failed.known(key):
+            pass  # the same gang already found no moves (or no total room)
+        elif not _room_in_total(ctx, job, gang):
+            failed.add(key, None)  # room alone decided it: the same for look-alikes
+        elif capacity_problem(ctx.state, ctx.shares, job, ctx.amount(gang)) is None:
+            if _consolidate_for(ctx, job, gang):
+                failed.clear()  # jobs moved: an earlier failure may succeed now
+            else:
+                failed.add(key, None)
 
 
 def _room_in_total(ctx: CycleContext, job: Job, gang: list[Task]) -> bool:

@@ -30,6 +30,7 @@ from kai_ray.core.context import CycleContext
 from kai_ray.core.failures import FailedSearches, search_key
 from kai_ray.core.hooks import ReclaimSides
 from kai_ray.core.model import Reason, TaskStatus
+from kai_ray.core.settling import each_waiting_gang
 from kai_ray.core.victims import (
     Allowed,
     EvictReason,
@@ -218,13 +219,14 @@ def _min_runtime_blocks(
 
 def preempt(ctx: CycleContext) -> None:
     """Inside one queue: lower-priority preemptible work makes room for a higher one."""
-    order = ctx.waiting_gangs()
     failed = FailedSearches(ctx.config.skip_failed_searches)
     candidates = _Candidates(ctx)
-    while (job := order.next_job()) is not None:
+
+    def step(job: Job) -> None:
         ctx.stmt.default_reason(job.name, functools.partial(_no_lower_priority, ctx, job))
         make_room(ctx, job, _preempt_plan(ctx, job, candidates), failed)
-        order.done(job)
+
+    each_waiting_gang(ctx, "preempt", failed, step)
 
 
 def _no_lower_priority(ctx: CycleContext, job: Job) -> Reason:
@@ -250,13 +252,10 @@ def _preempt_plan(ctx: CycleContext, job: Job, candidates: _Candidates) -> Plan:
 
 def reclaim(ctx: CycleContext) -> None:
     """Between queues: a queue under its fair share takes back from queues over theirs."""
-    order = ctx.waiting_gangs()
     failed = FailedSearches(ctx.config.skip_failed_searches)
     candidates = _Candidates(ctx)
     giving = GivingOrder(ctx)
-    while (job := order.next_job()) is not None:
-        _reclaim_for(ctx, job, candidates, giving, failed)
-        order.done(job)
+    each_waiting_gang(ctx, "reclaim", failed, lambda job: _reclaim_for(ctx, job, candidates, giving, failed))
 
 
 def _reclaim_for(
@@ -339,7 +338,7 @@ def stale_gang_eviction(ctx: CycleContext) -> None:
     if grace < 0:
         return
     for job in ctx.state.jobs:
-        active = job.active()
+        active = job.active_count
         if active == 0 or active >= job.gang:
             continue
         if any(t.status is TaskStatus.SUCCEEDED for t in job.tasks):

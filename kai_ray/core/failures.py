@@ -62,16 +62,17 @@ def search_key(
     `tasks` may be a callable returning them, with `n` their number: then a key kept
     on the job is found without listing its tasks."""
     fixed = job.uniform and not job.active_count
-    size = n if callable(tasks) else len(tasks)
-    if fixed and job.keys is not None:
-        known = job.keys.get((action, size))
+    if not fixed:
+        return _search_key(job, tasks() if callable(tasks) else tasks, action)
+    memo = (action, n if callable(tasks) else len(tasks))
+    keys = job.keys
+    if keys is None:
+        keys = job.keys = {}
+    else:
+        known = keys.get(memo)
         if known is not None:
             return known
-    key = _search_key(job, tasks() if callable(tasks) else tasks, action)
-    if fixed:
-        if job.keys is None:
-            job.keys = {}
-        job.keys[(action, size)] = key
+    key = keys[memo] = _search_key(job, tasks() if callable(tasks) else tasks, action)
     return key
 
 
@@ -91,11 +92,13 @@ class FailedSearches:
     """The failed searches of one action in this cycle, with the reason each ended on (so a
     skipped job reads the same). Disabled, it remembers nothing: every search runs."""
 
-    __slots__ = ("_failed", "enabled")
+    __slots__ = ("_failed", "added", "clears", "enabled")
 
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled
         self._failed: dict[FailureKey, Reason | None] = {}
+        self.added: list[FailureKey] = []  # keys in the order they failed, since the last clear
+        self.clears = 0
 
     def known(self, key: FailureKey) -> bool:
         return key in self._failed
@@ -105,8 +108,12 @@ class FailedSearches:
 
     def add(self, key: FailureKey, reason: Reason | None) -> None:
         if self.enabled:
+            if key not in self._failed:
+                self.added.append(key)
             self._failed[key] = reason
 
     def clear(self) -> None:
         """Room moved (a search succeeded): an earlier failure may succeed now."""
         self._failed.clear()
+        self.added.clear()
+        self.clears += 1

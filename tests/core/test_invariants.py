@@ -13,8 +13,8 @@ from unittest.mock import patch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import kai_ray.core.allocate as allocate_module
 from kai_ray.core import (
+    DEFAULT_ACTIONS,
     UNLIMITED,
     Bind,
     ClusterSnapshot,
@@ -30,6 +30,7 @@ from kai_ray.core import (
     TopologyConstraint,
     run_cycle,
 )
+from kai_ray.core.settling import SureToFail
 
 GI = 1024.0**3
 EPS = 1e-6
@@ -426,8 +427,9 @@ def test_settling_the_rest_of_allocate_at_once_changes_nothing(snap: ClusterSnap
     """Once every job left in line is sure to fail, allocate gives each its reason
     without ranking the queues: the same decisions, reasons and queue order as going on
     one job at a time."""
-    config = SchedulerConfig(actions=("allocate",))
-    settled = run_cycle(snap, config, 0.0)
-    with patch.object(allocate_module._Settled, "all_fail", lambda self: False):
-        in_line = run_cycle(snap, config, 0.0)
-    assert settled == in_line
+    for actions in (("allocate",), DEFAULT_ACTIONS):
+        config = SchedulerConfig(actions=actions)
+        settled = run_cycle(snap, config, 0.0)
+        with patch.object(SureToFail, "all_fail", lambda self: False):
+            in_line = run_cycle(snap, config, 0.0)
+        assert settled == in_line
