@@ -5,7 +5,10 @@ The API server holds no history of a gang's scheduling, so the operator keeps on
 memory (`GangHistory`): each cycle a gang's state is read off its pods (Queued: none
 bound; Admitting: some bound, fewer than its gang; Running; Preempting: its pods are
 being evicted) and a change is recorded with the cycle's reason, evictions with the
-core's. A restarted operator starts a new history.
+core's. A restarted operator starts a new history. A gang is read off its pods, so it
+drops out of the world while all of them are gone (evicted, not yet made again by its
+controller): its record is kept for `keep_absent_s` after it was last seen, so that it
+comes back with its preemptions and history.
 """
 
 from __future__ import annotations
@@ -40,11 +43,13 @@ class _Seen:
     queued_at: float
     preemptions: int = 0
     history: list[tuple[float, str, str, str]] = field(default_factory=list)
+    last_seen: float = 0.0
 
 
 class GangHistory:
-    def __init__(self) -> None:
+    def __init__(self, keep_absent_s: float = 600.0) -> None:
         self.seen: dict[str, _Seen] = {}
+        self.keep_absent_s = keep_absent_s
 
     def observe(
         self, jobs: Iterable[JobInfo], result: CycleResult, evicted: Mapping[str, Evict], now: float
@@ -57,6 +62,7 @@ class GangHistory:
             seen = self.seen.get(job.name)
             if seen is None:
                 seen = self.seen[job.name] = _Seen("", job.created_at, job.created_at)
+            seen.last_seen = now
             if seen.state == state:
                 continue
             changed = True
@@ -67,7 +73,10 @@ class GangHistory:
                 seen.queued_at = now
             seen.history.append((now, seen.state, state, why))
             seen.state, seen.since = state, now
-        gone = [name for name in self.seen if name not in present]  # deleted from the cluster
+        # Deleted from the cluster, or all its pods gone for longer than a controller takes
+        # to make them again.
+        keep = self.keep_absent_s
+        gone = [n for n, s in self.seen.items() if n not in present and now - s.last_seen > keep]
         for name in gone:
             del self.seen[name]
         return changed or bool(gone)
