@@ -60,21 +60,28 @@ def test_operator_dashboard_shows_gangs_queues_and_nodes(k8s: K8sEnv, browser: A
     k8s.create(RC, raycluster("big", group("gpu", replicas=6, min_replicas=6), queue="b", priority="train"))
     k8s.wait_for("big running", lambda: len(running(k8s.cluster_pods("big"))) == 7, timeout=60)
 
-    train = k8s.wait_for(
-        "the dashboard to show train waiting",
-        lambda: (w := rows(url).get("RayCluster/train")) and w["state"] == "Queued" and w["position"] and w,
-    )
-    assert train["preemptions"] == 1 and train["last_preemption"]["why"].startswith("preempt")
+    # The dashboard shows the operator's last cycle: one cycle behind the API server at
+    # most, so the settled state is waited for, not read at once.
+    def settled() -> Any:
+        r = rows(url)
+        train, big = r.get("RayCluster/train"), r.get("RayCluster/big")
+        nodes = api(url + "api/v1/nodes")[1]["items"]
+        used = sum(d["used"] for n in nodes for d in n["devices"])
+        if train and train["state"] == "Queued" and train["position"] and big and big["state"] == "Running":
+            return (r, nodes) if used == pytest.approx(8) and train["preemptions"] else None
+        return None
+
+    r, nodes = k8s.wait_for("the dashboard to show train preempted and waiting, big running", settled)
+    train = r["RayCluster/train"]
     detail = api(url + "api/v1/workloads/" + urllib.parse.quote(train["id"], safe=""))[1]
+    assert train["preemptions"] == 1 and train["last_preemption"]["why"].startswith("preempt"), train
     states = [h["to"] for h in detail["history"]]
     assert states[0] == "Queued" and "Running,Preempting,Queued" in ",".join(states), states
     assert train["position"] == 1 and train["reason"]
-    assert rows(url)["RayCluster/serve"]["state"] == "Running"
+    assert r["RayCluster/serve"]["state"] == "Running"
     queues = {q["name"]: q for q in api(url + "api/v1/queues")[1]["items"]}
     assert queues["b"]["standing"] == "over" and queues["a"]["standing"] == "under"
-    nodes = api(url + "api/v1/nodes")[1]["items"]
     assert sorted(n["name"] for n in nodes) == ["n0", "n1"]
-    assert sum(d["used"] for n in nodes for d in n["devices"]) == pytest.approx(8)
     assert api(url + "api/v1/queues", method="POST")[0] == 405
     assert api(url + "api/v1/summary")[1]["backend"] == "kubernetes"
 
