@@ -17,7 +17,7 @@ __all__ = ["allocate", "allocate_step"]
 
 
 def allocate(ctx: CycleContext) -> None:
-    waiting = [j for j in ctx.state.maybe_pending() if j.pending_count and j.active_count < len(j.tasks)]
+    waiting = [j for j in ctx.state.maybe_pending() if j.pending_count]
     order = ctx.job_queues(waiting)
     # Capacity only shrinks during allocate, so a gang that did not fit fails the same way
     # for every job with the same placement inputs for the rest of the action.
@@ -25,7 +25,7 @@ def allocate(ctx: CycleContext) -> None:
     sure = SureToFail(waiting, failed, "allocate") if failed.enabled else None
     while (job := order.next_job()) is not None:
         placed = allocate_step(ctx, job, "allocate", failed)
-        if placed and job.active_count < len(job.tasks) and job.pending_count:
+        if placed and job.pending_count:
             order.push_back(job)  # an elastic job goes back in line for each surplus task
             if sure is not None:
                 sure.pushed_back(job)
