@@ -4,6 +4,8 @@ elastic surplus tasks one at a time. Tasks may land on capacity still being rele
 
 from __future__ import annotations
 
+from itertools import repeat
+
 from kai_ray.core.capacity import capacity_problem, capped
 from kai_ray.core.cluster import Job, Task
 from kai_ray.core.context import CycleContext
@@ -17,12 +19,12 @@ __all__ = ["allocate", "allocate_step"]
 
 
 def allocate(ctx: CycleContext) -> None:
-    waiting = [j for j in ctx.state.maybe_pending() if j.pending_count]
-    order = ctx.job_queues(waiting)
+    line = ctx.waiting_line()
+    order = line.job_queues(ctx.state, ctx.rank, ctx.forget)
     # Capacity only shrinks during allocate, so a gang that did not fit fails the same way
     # for every job with the same placement inputs for the rest of the action.
     failed = FailedSearches(ctx.config.skip_failed_searches)
-    sure = SureToFail(waiting, failed, "allocate") if failed.enabled else None
+    sure = line.sure_to_fail(failed) if failed.enabled else None
     while (job := order.next_job()) is not None:
         placed = allocate_step(ctx, job, "allocate", failed)
         if placed and job.pending_count:
@@ -36,23 +38,22 @@ def allocate(ctx: CycleContext) -> None:
         if sure is not None and sure.all_fail():
             # No job left can place anything: queue order no longer matters, so each is
             # given its reason as allocate_step would, without ranking the queues.
-            _settle(ctx, sure, order.remaining())
+            _settle(ctx, sure)
             return
 
 
-def _settle(ctx: CycleContext, sure: SureToFail, jobs: list[Job]) -> None:
-    """Each job's reason, as allocate_step gives it (all_fail() holds): a job with a
-    failed key and no queue check to make gets that key's reason, all in one go; the
-    others go through allocate_step."""
+def _settle(ctx: CycleContext, sure: SureToFail) -> None:
+    """Each job still in line gets its reason, as allocate_step gives it (all_fail()
+    holds): a job with a failed key and no queue check to make gets that key's reason,
+    a whole group in one go; the others go through allocate_step."""
+    for job in [*sure.incomplete.values(), *(j for group in sure.capped.values() for j in group.values())]:
+        allocate_step(ctx, job, "allocate", sure.failed)
     said: list[tuple[str, Reason]] = []
-    for job in jobs:
-        key = sure.key_of(job)
-        if key is None or capped(ctx.state, job):
-            allocate_step(ctx, job, "allocate", sure.failed)
-            continue
-        reason = sure.failed.reason(key)
-        assert reason is not None, "allocate remembers why each failed gang failed"
-        said.append((job.name, reason))
+    for key, group in sure.groups.items():
+        if group:
+            reason = sure.failed.reason(key) if key is not None else None
+            assert reason is not None, "allocate remembers why each failed gang failed"
+            said += zip(group, repeat(reason))
     ctx.stmt.set_reasons(said)
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from kai_ray.core.leafsums import AmountKey, add_groups
 from kai_ray.core.model import (
     SPREAD_MODES,
     ClusterSnapshot,
@@ -418,14 +419,20 @@ class _Builder:
 
     def _flush(self) -> None:
         nodes, usage = self.state.nodes, self.state.usage
+        # Per queue, its groups by the amount's values (leafsums.py: one order for all).
+        values = {aid: tuple(amount.tolist()) for aid, amount in self.amounts.items()}
+        pending: dict[int, dict[AmountKey, int]] = {}
+        held: dict[int, dict[tuple[AmountKey, bool], int]] = {}
         for (queue, amount_id), count in self.pending.items():
-            self.leaf_requested[queue] += self.amounts[amount_id] * count
+            group = pending.setdefault(queue, {})
+            group[values[amount_id]] = group.get(values[amount_id], 0) + count
         for (queue, amount_id, nonpreemptible), count in self.held.items():
-            amount = self.amounts[amount_id] * count
-            self.leaf_allocated[queue] += amount
-            self.leaf_requested[queue] += amount
-            if nonpreemptible:
-                self.leaf_nonpreemptible[queue] += amount
+            held_group = held.setdefault(queue, {})
+            key = (values[amount_id], nonpreemptible)
+            held_group[key] = held_group.get(key, 0) + count
+        for queue in pending.keys() | held.keys():
+            rows = self.leaf_allocated[queue], self.leaf_nonpreemptible[queue], self.leaf_requested[queue]
+            add_groups(pending.get(queue, {}), held.get(queue, {}), *rows)
         if self.held_rows:
             np.subtract.at(nodes.idle, np.array(self.held_rows), np.array(self.held_demand))
         if self.releasing_rows:

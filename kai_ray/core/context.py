@@ -6,14 +6,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from kai_ray.core.capacity import capped
 from kai_ray.core.cluster import ClusterState, FloatArray, Job, Task
 from kai_ray.core.fairshare import FairShares
 from kai_ray.core.hooks import ShareRows
-from kai_ray.core.jobqueues import JobQueues
+from kai_ray.core.jobqueues import JobQueues, line_entries
 from kai_ray.core.model import SchedulerConfig
 from kai_ray.core.placement import Placer
 from kai_ray.core.policy import DEFAULT_POLICY, Policy, QueueRank, allocate_count, tasks_to_allocate
 from kai_ray.core.statement import Statement
+from kai_ray.core.waitingline import WaitingLine
 
 __all__ = ["CycleContext"]
 
@@ -29,6 +31,9 @@ class CycleContext:
     stmt: Statement  # every change of the cycle, why each job waits included
     policy: Policy = DEFAULT_POLICY
     rows: ShareRows | None = None
+    # The jobs waiting as the cycle began, in line (waitingline.py): a cycle cache's, or
+    # made when first asked for while the cycle has changed nothing yet.
+    line: WaitingLine | None = None
     # A job's next request, while it waits in a JobQueues (its tasks do not change there).
     _next_amount: dict[int, list[float]] = field(default_factory=dict)
     # n times a shared per-task amount, by (id of that amount, n): read-only arrays.
@@ -39,7 +44,20 @@ class CycleContext:
 
     def job_queues(self, jobs: list[Job]) -> JobQueues:
         """The jobs in policy order, queue by queue."""
-        return JobQueues(self.state, self.rank, jobs, self.policy.job_order, self.forget)
+        lines = line_entries(jobs, self.policy.job_order)
+        return JobQueues(self.state, self.rank, lines, self.policy.job_order, self.forget)
+
+    def waiting_line(self) -> WaitingLine:
+        """The jobs with pending tasks now, in line. While the cycle has changed nothing,
+        the line it began with (kept for the cycle's end); afterwards one made now."""
+        if self.stmt.touched_jobs or self.line is None:
+            state = self.state
+            jobs = [j for j in state.maybe_pending() if j.pending_count]
+            line = WaitingLine(jobs, self.policy.job_order, lambda job: capped(state, job))
+            if self.stmt.touched_jobs:
+                return line
+            self.line = line
+        return self.line
 
     def waiting_gangs(self) -> JobQueues:
         """Jobs whose gang is still incomplete, in policy order (the actions that evict)."""

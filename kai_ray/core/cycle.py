@@ -131,6 +131,7 @@ def prepare_cycle(
         placer=placer,
         stmt=Statement(state, undoable_cycle=cache is not None),
         policy=policy,
+        line=None if cache is None else cache.line,
     )
 
 
@@ -183,12 +184,10 @@ def _decisions(state: ClusterState, touched: set[Job]) -> list[Decision]:
 
 def _waiting(ctx: CycleContext) -> dict[str, Reason]:
     """Every job left with pending tasks (and every invalid job) -> why it waits."""
-    said = ctx.stmt.reasons
+    said = ctx.stmt.reasons.get
     untried = Reason("not-tried", "not tried this cycle" if ctx.config.actions else "no actions configured")
-    reasons: dict[str, Reason] = {}
-    for job in ctx.state.maybe_pending():
-        if job.pending_count:
-            reasons[job.name] = said.get(job.name, untried)
+    jobs = ctx.state.maybe_pending()
+    reasons = {job.info.name: said(job.info.name, untried) for job in jobs if job.pending_count}
     for name, text in ctx.state.invalid.items():
         reasons[name] = Reason("invalid", text)
     return reasons
@@ -196,27 +195,26 @@ def _waiting(ctx: CycleContext) -> dict[str, Reason]:
 
 def _queue_order(ctx: CycleContext) -> dict[str, tuple[str, ...]]:
     """Per leaf queue, its jobs with pending tasks in the order allocate would serve them
-    next: the policy's job order on the state the cycle ends with (a stable sort, so
-    ties keep the snapshot's order, as in JobQueues)."""
-    tree = ctx.state.tree
-    lines: dict[int, list[Job]] = {q: [] for q in range(len(tree)) if tree.is_leaf[q]}
-    for job in ctx.state.maybe_pending():
-        if job.pending_count:
-            lines[job.queue].append(job)
-    key = ctx.policy.job_order
-    return {tree.names[q]: tuple(j.name for j in sorted(jobs, key=key)) for q, jobs in lines.items()}
+    next: the policy's job order on the state the cycle ends with (ties keep the
+    snapshot's order, as in JobQueues)."""
+    line = ctx.line if ctx.line is not None else ctx.waiting_line()
+    return line.queue_order(ctx.state, ctx.stmt.touched_jobs)
 
 
 def _queue_status(state: ClusterState, shares: FairShares) -> dict[str, QueueStatus]:
-    def triple(row: FloatArray) -> tuple[float, float, float]:
-        return (float(row[0]), float(row[1]), float(row[2]))
-
+    # Rows as plain lists first: one conversion per array, not per figure.
+    deserved, fair_share = shares.deserved.tolist(), shares.fair_share.tolist()
+    allocated, requested = state.usage.allocated, state.usage.requested.tolist()
     return {
         name: QueueStatus(
-            deserved=triple(shares.deserved[q]),
-            fair_share=triple(shares.fair_share[q]),
-            allocated=triple(state.usage.allocated_row(q)),
-            requested=triple(state.usage.requested[q]),
+            deserved=_triple(deserved[q]),
+            fair_share=_triple(fair_share[q]),
+            allocated=_triple(allocated[q]),
+            requested=_triple(requested[q]),
         )
         for q, name in enumerate(state.tree.names)
     }
+
+
+def _triple(row: list[float]) -> tuple[float, float, float]:
+    return (float(row[0]), float(row[1]), float(row[2]))

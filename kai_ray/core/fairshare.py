@@ -83,6 +83,10 @@ class _Level:
     group: IntArray  # per kid: position of its parent in `parents` (its sibling group)
     starts: IntArray  # first kid of each group
     parents: IntArray  # queue index of each group's parent (unused at the top)
+    quota: FloatArray  # the kids' rows of the tree's arrays, taken once per tree
+    weight: FloatArray
+    priority: npt.NDArray[np.int64]
+    tiers: npt.NDArray[np.int64]  # the kids' distinct priorities, highest first
 
     def sum(self, x: FloatArray) -> FloatArray:
         """Per sibling group sums of a [kids, 3] array -> [groups, 3]."""
@@ -93,7 +97,25 @@ class _Level:
         return x[self.group]
 
 
+_known_levels: dict[int, tuple[QueueTree, list[_Level]]] = {}  # by id of the tree, held
+_KEEP_TREES = 8
+
+
 def _levels(tree: QueueTree) -> list[_Level]:
+    """The tree's levels, kept for the last few trees asked about: a scheduler asks
+    about the same tree cycle after cycle (a simulator comparing policies, about one per
+    policy), and a tree is immutable."""
+    known = _known_levels.get(id(tree))
+    if known is not None and known[0] is tree:
+        return known[1]
+    levels = _build_levels(tree)
+    if len(_known_levels) >= _KEEP_TREES:
+        del _known_levels[next(iter(_known_levels))]  # the oldest
+    _known_levels[id(tree)] = (tree, levels)
+    return levels
+
+
+def _build_levels(tree: QueueTree) -> list[_Level]:
     if len(tree) == 0:
         return []
     depth = np.array([len(a) - 1 for a in tree.ancestors], dtype=np.intp)
@@ -107,7 +129,19 @@ def _levels(tree: QueueTree) -> list[_Level]:
         new_group = np.r_[True, par[1:] != par[:-1]]
         starts = np.flatnonzero(new_group)
         group = np.cumsum(new_group) - 1
-        levels.append(_Level(d == 0, kids, group, starts, par[starts]))
+        priority = np.array(tree.priority, dtype=np.int64)[kids]
+        level = _Level(
+            d == 0,
+            kids,
+            group,
+            starts,
+            par[starts],
+            tree.quota[kids],
+            tree.weight[kids],
+            priority,
+            np.unique(priority)[::-1],
+        )
+        levels.append(level)
     return levels
 
 
@@ -122,17 +156,16 @@ def _divide_level(
     """Split each group's parent share among its kids: (deserved, fair share) [kids, 3]."""
     kids = level.kids
     want = want_all[kids]
-    quota = tree.quota[kids]
+    quota = level.quota
     # Quota -1 means "all of the parent's share"; no scaling when quotas over-commit S.
     deserved = np.maximum(0.0, np.minimum(np.where(quota < 0, level.spread(share), quota), want))
     remaining = np.maximum(0.0, share - level.sum(deserved))
     fair = deserved.copy()
-    weight = tree.weight[kids]
+    weight = level.weight
     usage = usage_all[kids]
-    priority = np.array(tree.priority, dtype=np.int64)[kids]
     # Higher priority tiers first; a lower tier only sees what the higher ones left.
-    for p in np.unique(priority)[::-1]:
-        tier = (priority == p)[:, None]
+    for p in level.tiers:
+        tier = (level.priority == p)[:, None]
         frac = _over_quota_rounds(level, tier, fair, want, weight, usage, k, remaining)
         _hand_out_fractions(level, tier, frac, fair, want, remaining)
     return deserved, fair

@@ -43,6 +43,7 @@ from collections.abc import Collection, Sequence
 
 import numpy as np
 
+from kai_ray.core.capacity import capped
 from kai_ray.core.cluster import (
     ClusterState,
     FloatArray,
@@ -58,11 +59,13 @@ from kai_ray.core.cluster import (
 )
 from kai_ray.core.jobdiff import JobDiff
 from kai_ray.core.jobline import Entry, JobLine
+from kai_ray.core.leafsums import LeafSums, leaf_figures
 from kai_ray.core.model import ClusterSnapshot, JobInfo, NodeInfo, QueueInfo, SchedulerConfig, TaskStatus
 from kai_ray.core.placement import Placer
 from kai_ray.core.policy import Policy
 from kai_ray.core.queues import build_queue_tree
 from kai_ray.core.statement import Statement
+from kai_ray.core.waitingline import WaitingLine
 
 __all__ = ["CycleCache"]
 
@@ -81,6 +84,7 @@ class CycleCache:
         self.state: ClusterState | None = None
         self.placer: Placer | None = None
         self.total = np.zeros(3)
+        self.line = WaitingLine((), _no_key, _never)  # the jobs waiting at the snapshot
         self._config: SchedulerConfig | None = None
         self._policy: Policy | None = None
         self._nodes: list[NodeInfo] = []
@@ -91,6 +95,7 @@ class CycleCache:
         self._members: dict[int, dict[int, Job]] = {}  # leaf queue -> its jobs, by id
         self._node_tasks: list[list[Task]] = []  # per node: the tasks holding it
         self._leaves: list[FloatArray] = []  # leaf queues' own allocated, non-preemptible, requested
+        self._sums = LeafSums(0)
         self._requests: RequestCache = {}
         self._extended: Counter[str] = Counter()  # per extended resource: jobs asking for it
         self._in_use = False  # a cycle runs on the state (not restored yet)
@@ -156,10 +161,16 @@ class CycleCache:
         if len(self._entries) != len(snapshot.jobs):
             self._config = None  # a name used twice: the next cycle is built afresh too
         self._line.number(line)
+        self._sums = LeafSums(len(state.tree))
         self._members = {}
         for job in state.jobs:
             self._members.setdefault(job.queue, {})[id(job)] = job
         state.waiting = self._line.waiting()
+        self._line_up(state, policy)
+
+    def _line_up(self, state: ClusterState, policy: Policy) -> None:
+        """The waiting line afresh: after a build, or after the jobs were numbered again."""
+        self.line = WaitingLine(self._line.waiting(), policy.job_order, lambda job: capped(state, job))
 
     # ------------------------------------------------------------ patching
 
@@ -211,7 +222,12 @@ class CycleCache:
                 columns_may_change = columns_may_change or bool(made[piece].extended)
         if columns_may_change and not self._same_columns():
             return False
-        return self._line.apply(infos, diff, made)
+        if not self._line.apply(infos, diff, made):
+            return False
+        for entry in made.values():  # in line once their orders are set
+            if entry.job is not None and entry.job.pending_count:
+                self.line.add(entry.job)
+        return True
 
     def _patch_every_job(
         self, infos: Sequence[JobInfo], changed: Collection[str], nodes: set[int], queues: set[int]
@@ -252,6 +268,8 @@ class CycleCache:
         if columns_may_change and not self._same_columns():
             return False
         self._line.number(line)
+        assert self.state is not None and self._policy is not None
+        self._line_up(self.state, self._policy)
         return True
 
     def _make(self, info: JobInfo, nodes: set[int], queues: set[int]) -> Entry:
@@ -266,6 +284,7 @@ class CycleCache:
         job = _make_job(info, state, self._requests)
         state.job_index[info.name] = job
         self._members.setdefault(job.queue, {})[id(job)] = job
+        self._sums.add(job, 1)
         for t in job.tasks:
             if t.node >= 0:
                 self._node_tasks[t.node].append(t)
@@ -283,7 +302,10 @@ class CycleCache:
             return
         if state.job_index.get(name) is job:
             del state.job_index[name]
+        if job in self.line:
+            self.line.remove(job)
         self._members[job.queue].pop(id(job), None)
+        self._sums.add(job, -1)
         for t in job.tasks:
             if t.node >= 0:
                 self._node_tasks[t.node].remove(t)
@@ -325,9 +347,23 @@ class CycleCache:
         state = self.state
         assert state is not None
         allocated, nonpreemptible, requested = self._leaves
+        sums = self._sums
         for q in queues:
-            jobs = sorted(self._members.get(q, {}).values(), key=_by_order)
-            allocated[q], nonpreemptible[q], requested[q] = _leaf_figures(state, jobs)
+            members = self._members.get(q, {}).values()
+            if not sums.counted[q]:
+                sums.count(q, members)
+            figures = sums.figures(q)
+            if figures is None:
+                figures = leaf_figures(state, sorted(members, key=_by_order))
+            allocated[q], nonpreemptible[q], requested[q] = figures
+
+
+def _no_key(job: Job) -> tuple[()]:
+    return ()
+
+
+def _never(job: Job) -> bool:
+    return False
 
 
 def _by_order(job: Job) -> int:
@@ -357,42 +393,3 @@ def _make_job(info: JobInfo, state: ClusterState, requests: RequestCache) -> Job
         job.tasks.append(task)
     count_tasks(job)
     return job
-
-
-def _leaf_figures(state: ClusterState, jobs: Sequence[Job]) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """One leaf queue's own allocated, non-preemptible and requested, summed as the full
-    build sums them: per-node amounts (gpu-memory slices) task by task, then the pending
-    tasks grouped by shared amount, then the holding ones, groups in first-seen order."""
-    allocated, nonpreemptible, requested = np.zeros(3), np.zeros(3), np.zeros(3)
-    amounts: dict[int, FloatArray] = {}
-    pending: dict[int, int] = {}  # id(amount) -> tasks
-    held: dict[tuple[int, bool], int] = {}  # (id(amount), non-preemptible) -> tasks
-    for job in jobs:
-        np_ = not job.info.preemptible
-        for t in job.tasks:
-            if t.status is _PENDING:
-                if t.amount is None:
-                    requested += state.queue_amount(t)
-                else:
-                    amounts[id(t.amount)] = t.amount
-                    pending[id(t.amount)] = pending.get(id(t.amount), 0) + 1
-            elif t.node >= 0 and t.status is not _RELEASING:
-                if t.amount is None:
-                    amount = state.queue_amount(t, t.node)
-                    allocated += amount
-                    requested += amount
-                    if np_:
-                        nonpreemptible += amount
-                else:
-                    amounts[id(t.amount)] = t.amount
-                    key = (id(t.amount), np_)
-                    held[key] = held.get(key, 0) + 1
-    for amount_id, n in pending.items():
-        requested += amounts[amount_id] * n
-    for (amount_id, np_), n in held.items():
-        total = amounts[amount_id] * n
-        allocated += total
-        requested += total
-        if np_:
-            nonpreemptible += total
-    return allocated, nonpreemptible, requested

@@ -10,7 +10,25 @@ from typing import Any
 
 from kai_ray.core.cluster import ClusterState, Job
 
-__all__ = ["JobQueues"]
+__all__ = ["JobQueues", "line_entries"]
+
+_LATE = 1 << 64  # above every job order: a job pushed back goes after the jobs of its key
+
+
+def line_entries(jobs: Iterable[Job], job_key: Callable[[Job], Any]) -> dict[int, list[tuple[Any, ...]]]:
+    """Per leaf queue, (*job key, job.order, job) for each job, in ascending order: ties
+    between keys go to the job earlier in the snapshot, as a stable sort would."""
+    lines: dict[int, list[tuple[Any, ...]]] = {}
+    for job in jobs:
+        entry = (*job_key(job), job.order, job)
+        line = lines.get(job.queue)
+        if line is None:
+            lines[job.queue] = [entry]
+        else:
+            line.append(entry)
+    for line in lines.values():
+        line.sort()
+    return lines
 
 
 class JobQueues:
@@ -25,33 +43,40 @@ class JobQueues:
         self,
         state: ClusterState,
         rank: Callable[[int, Job], Any],
-        jobs: Iterable[Job],
+        lines: dict[int, list[tuple[Any, ...]]],
         job_key: Callable[[Job], Any],
         forget: Callable[[Job], None] | None = None,
     ) -> None:
+        """`lines`: per leaf queue, entries (*job key, job.order, job) in ascending order
+        (line_entries makes them; a sorted list is a heap). JobQueues takes them over."""
         self.state = state
         self.rank = rank
         self.forget = forget
         self.job_key = job_key
         tree = state.tree
-        # Per leaf queue, a heap of (*job key, arrival, job), flat like the queue heaps:
-        # a job may come back in line.
-        self.waiting: dict[int, list[tuple[Any, ...]]] = {}
-        self._arrival = 0
-        jobs = list(jobs)
-        keys = list(map(job_key, jobs))
-        for i in sorted(range(len(jobs)), key=keys.__getitem__):  # stable: ties keep `jobs` order
-            job = jobs[i]
-            self._arrival += 1  # ascending keys in arrival order: each list is a valid heap
-            self.waiting.setdefault(job.queue, []).append((*keys[i], self._arrival, job))
+        # A job may come back in line (push_back): after every job of its key so far.
+        self.waiting = lines
+        self._arrival = _LATE
         # Per inner queue, its children as (*rank, tick, child, version): flat tuples.
         self.heaps: dict[int, list[tuple[Any, ...]]] = {}
         self.version = [0] * len(tree)
         self.head: dict[int, Job] = {}
         self._tick = 0
-        # Rank bottom-up: deepest queues first so inner queues see their children.
-        for q in sorted(self.waiting, key=lambda q: -len(tree.ancestors[q])):
-            self.refresh(q)
+        # Rank bottom-up, each queue once: deepest first, so that an inner queue's head
+        # (its best child's) is known; then by index, so that ranks that tie go the same
+        # way however `lines` was built.
+        ancestors = tree.ancestors
+        queues = {q for leaf in self.waiting for q in ancestors[leaf]}
+        for q in sorted(queues, key=lambda q: (-len(ancestors[q]), q)):
+            self._enter(q)
+
+    def _enter(self, q: int) -> None:
+        job = self._head_of(q)
+        if job is not None:
+            self.head[q] = job
+            self._tick += 1
+            heap = self.heaps.setdefault(self.state.tree.parent[q], [])
+            heapq.heappush(heap, (*self.rank(q, job), self._tick, q, self.version[q]))
 
     def refresh(self, leaf: int) -> None:
         """Re-rank `leaf` and its ancestors after its jobs or usage changed."""

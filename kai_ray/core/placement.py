@@ -29,6 +29,10 @@ class Placer:
         # Per demand vector (shared by tasks of one request): its non-GPU columns.
         self._other_needs: dict[int, list[tuple[int, float]]] = {}
         self._demand_columns: dict[int, list[tuple[int, float]]] = {}
+        # Answers that depend on the nodes as built alone (capacity, labels), never on
+        # what runs there: kept as long as the Placer, which a cycle cache keeps while
+        # the nodes are the same (reasons.py keeps whether a gang could ever fit here).
+        self.node_facts: dict[tuple[object, ...], object] = {}
 
     @property
     def buckets(self) -> GpuBuckets:
@@ -74,10 +78,11 @@ class Placer:
     def fits(self, task: Task, mask: BoolArray, future: bool) -> BoolArray:
         """Nodes in `mask` with room for the task now (or once releasing capacity is free)."""
         nodes = self.state.nodes
-        room = nodes.idle + nodes.releasing if future else nodes.idle
+        idle, releasing = nodes.idle, nodes.releasing
         ok = mask.copy()
-        for col in np.flatnonzero(task.demand):
-            ok &= room[:, col] >= task.demand[col] - EPS
+        for col in np.flatnonzero(task.demand):  # column by column: the rest is not read
+            room = idle[:, col] + releasing[:, col] if future else idle[:, col]
+            ok &= room >= task.demand[col] - EPS
         if task.fraction_request:
             ok &= self._fraction_room(task, future)
         return ok

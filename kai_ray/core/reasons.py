@@ -21,6 +21,15 @@ def never_fits(placer: Placer, task: Task, mask: np.ndarray) -> bool:
     return room_when_empty(placer.state.nodes, task.request, mask, "", None).tasks == 0
 
 
+def _never_fits_here(placer: Placer, job: Job, task: Task, mask: np.ndarray) -> bool:
+    """never_fits for the job's base mask, which its node selector decides: kept."""
+    key = ("task never fits", task.request, job.selector)
+    known = placer.node_facts.get(key)
+    if known is None:
+        known = placer.node_facts[key] = never_fits(placer, task, mask)
+    return bool(known)
+
+
 def explain_unplaced(placer: Placer, tasks: Sequence[Task]) -> Reason:
     """The constraint that blocked placing `tasks` (a gang, or one elastic task)."""
     job = tasks[0].job
@@ -36,7 +45,7 @@ def explain_unplaced(placer: Placer, tasks: Sequence[Task]) -> Reason:
         problem = _gang_never_fits(placer, job, tasks, mask)
         if problem:
             return Reason("gang-too-big", problem)
-    if never_fits(placer, task, mask):  # an elastic task (a gang's was caught above)
+    if _never_fits_here(placer, job, task, mask):  # an elastic task (a gang's was caught above)
         text = f"each task asks for {describe_request(task.request)}: no node is that large, even when empty"
         return Reason("gang-too-big", text)
     gang = gang_words(len(tasks), task.request)
@@ -49,11 +58,18 @@ def explain_unplaced(placer: Placer, tasks: Sequence[Task]) -> Reason:
 
 
 def _gang_never_fits(placer: Placer, job: Job, missing: Sequence[Task], mask: np.ndarray) -> str:
+    """gang_problem on the empty nodes: its inputs are the gang's requests, the job's
+    node selector (its mask), spreading and topology level: kept per those."""
     gang = [t.request for t in job.tasks if t.status.is_active] + [t.request for t in missing]
     constraint = job.info.topology
     level = constraint.required if constraint is not None else None
-    domains = placer.domains(level) if level else None
-    return gang_problem(placer.state.nodes, gang, mask, job.info, domains)
+    key = ("gang never fits", tuple(gang), job.selector, job.info.spread, level)
+    known = placer.node_facts.get(key)
+    if known is None:
+        domains = placer.domains(level) if level else None
+        known = placer.node_facts[key] = gang_problem(placer.state.nodes, gang, mask, job.info, domains)
+    assert isinstance(known, str)
+    return known
 
 
 def _spread_reason(placer: Placer, job: Job, task: Task, mask: np.ndarray, gang: str) -> str:
@@ -74,18 +90,29 @@ def _room_reason(placer: Placer, task: Task, mask: np.ndarray, gang: str) -> str
     nodes = placer.state.nodes
     gpu = task.fraction_request or task.demand[0] > 0
     col, unit = (0, "GPU") if gpu else (1, "CPU")
-    free = float((nodes.idle[mask, col] + nodes.releasing[mask, col]).sum())
-    largest = float(nodes.idle[mask, col].max())
+    among = _among(placer, task.job, mask)
+    free = float((nodes.idle[among, col] + nodes.releasing[among, col]).sum())
+    largest = float(nodes.idle[among, col].max())
     totals = f"free: {count(free, 'whole ' + unit if gpu else unit)}, largest free node has {number(largest)}"
-    fitting = int(placer.fits(task, mask, future=True).sum())
+    fitting = int(np.count_nonzero(placer.fits(task, mask, future=True)))
     if fitting == 0:
-        outside = float(nodes.outside[mask, col].sum())
+        outside = float(nodes.outside[among, col].sum())
         held = f"; work outside the scheduler holds {count(outside, unit)}" if outside > EPS else ""
         return f"{gang}: no node has room now for even one task ({totals}{held})"
     return (
         f"{gang}: only part of the gang fits at once ({count(fitting, 'node')} "
         f"{agree(fitting, 'has', 'have')} room for a task; {totals}); the gang starts whole or not at all"
     )
+
+
+def _among(placer: Placer, job: Job, mask: np.ndarray) -> np.ndarray | slice:
+    """The job's base mask as an index: every node when it holds them all (indexing by
+    a mask of ten thousand nodes costs more than the sum it selects for)."""
+    key = ("selects every node", job.selector)
+    every = placer.node_facts.get(key)
+    if every is None:
+        every = placer.node_facts[key] = bool(mask.all())
+    return slice(None) if every else mask
 
 
 def _topology_reason(placer: Placer, tasks: Sequence[Task], mask: np.ndarray, level: str, gang: str) -> str:

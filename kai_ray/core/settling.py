@@ -15,10 +15,13 @@ sure. Kept in O(1) per job: counts per key, and the keys failed since the last l
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from kai_ray.core.cluster import Job
-from kai_ray.core.context import CycleContext
 from kai_ray.core.failures import FailedSearches, FailureKey, search_key
+
+if TYPE_CHECKING:  # the context holds a waiting line, which holds a SureToFail
+    from kai_ray.core.context import CycleContext
 
 __all__ = ["SureToFail", "each_waiting_gang"]
 
@@ -48,28 +51,65 @@ def each_waiting_gang(
 
 
 class SureToFail:
+    """Which jobs still in an action's line are sure to fail, kept in O(1) per job.
+
+    In-line jobs are kept by search key, in groups (`capped` ones apart: their queue
+    checks come before the key, so they still take a step when settled); a job whose
+    gang can no longer complete is sure on its own (`incomplete`). `fork` copies the
+    groups for another cycle's action: a line kept between cycles (waitingline.py)
+    keeps one and forks it, rather than keying a thousand jobs each cycle."""
+
     def __init__(
-        self, jobs: Iterable[Job], failed: FailedSearches, action: str, incomplete_fails: bool = True
+        self,
+        jobs: Iterable[Job],
+        failed: FailedSearches,
+        action: str,
+        incomplete_fails: bool = True,
+        is_capped: Callable[[Job], bool] | None = None,
     ) -> None:
         self.failed, self.action, self.incomplete_fails = failed, action, incomplete_fails
-        self.keys: dict[int, FailureKey | None] = {}  # per job in line: None = never sure
-        self.count: dict[FailureKey | None, int] = {}  # jobs in line per key
+        self.is_capped = is_capped
+        self.keys: dict[int, FailureKey | None] = {}  # per keyed job in line: None = never sure
+        # Keyed jobs in line by key, by name: the uncapped, then the capped ones.
+        self.groups: dict[FailureKey | None, dict[str, Job]] = {}
+        self.capped: dict[FailureKey | None, dict[str, Job]] = {}
+        self.incomplete: dict[int, Job] = {}  # in line, sure to fail: too few tasks left
         self._unsure = 0  # jobs in line not sure to fail (as of the last sync)
         self._synced = len(failed.added)  # failed.added[:synced] are counted as sure
         self._clears = failed.clears
         for job in jobs:
-            self._add(job)
+            self.add(job)
 
-    def _add(self, job: Job) -> None:
+    def fork(self, failed: FailedSearches) -> SureToFail:
+        """The same jobs, for an action that starts now with `failed`."""
+        other = SureToFail((), failed, self.action, self.incomplete_fails, self.is_capped)
+        other.keys = self.keys.copy()
+        other.groups = {key: group.copy() for key, group in self.groups.items() if group}
+        other.capped = {key: group.copy() for key, group in self.capped.items() if group}
+        other.incomplete = self.incomplete.copy()
+        other._unsure = sum(
+            len(group)
+            for groups in (other.groups, other.capped)
+            for key, group in groups.items()
+            if not other._sure(key)
+        )
+        return other
+
+    def add(self, job: Job) -> None:
+        """The job joined the line."""
         missing, pending = job.gang - job.active_count, job.pending_count
         if missing > pending and self.incomplete_fails:
-            return  # gang incomplete: sure to fail
+            self.incomplete[id(job)] = job
+            return
         n = missing if missing <= pending else pending
         key = search_key(job, job.missing, self.action, n) if missing > 0 else None
         self.keys[id(job)] = key
-        count = self.count
-        count[key] = count.get(key, 0) + 1
-        if key is None or not self.failed.known(key):
+        groups = self.capped if self.is_capped is not None and self.is_capped(job) else self.groups
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = {}
+        group[job.info.name] = job
+        if not self._sure(key):
             self._unsure += 1
 
     def _sure(self, key: FailureKey | None) -> bool:
@@ -81,16 +121,19 @@ class SureToFail:
     def tried(self, job: Job) -> None:
         """The job left the line."""
         if id(job) not in self.keys:
+            self.incomplete.pop(id(job), None)
             return
         self._sync()
         key = self.keys.pop(id(job))
-        self.count[key] -= 1
+        group = self.groups.get(key)
+        if group is None or group.pop(job.info.name, None) is None:
+            self.capped[key].pop(job.info.name)
         if not self._sure(key):
             self._unsure -= 1
 
     def pushed_back(self, job: Job) -> None:
         self.tried(job)
-        self._add(job)
+        self.add(job)
 
     def all_fail(self) -> bool:
         self._sync()
@@ -101,8 +144,9 @@ class SureToFail:
         failed = self.failed
         if failed.clears != self._clears:  # a search succeeded: every failure forgotten
             self._clears, self._synced = failed.clears, 0
-            self._unsure = sum(self.count.values())
-        for key in failed.added[self._synced :]:
-            if key in self.count:  # a failed key is added once per clear
-                self._unsure -= self.count[key]
+            self._unsure = len(self.keys)
+        groups, capped = self.groups, self.capped
+        for key in failed.added[self._synced :]:  # a failed key is added once per clear
+            group, more = groups.get(key), capped.get(key)
+            self._unsure -= (0 if group is None else len(group)) + (0 if more is None else len(more))
         self._synced = len(failed.added)

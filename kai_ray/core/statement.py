@@ -71,17 +71,19 @@ class Statement:
         self._undo.append(functools.partial(self._restore_reason, job, previous))
 
     def set_reasons(self, said: list[tuple[str, Reason]]) -> None:
-        """set_reason for many jobs, with one undo step for them all."""
+        """set_reason for many jobs, with one undo step for them all: the reasons as they
+        were before (undo steps run last-in first-out, so everything said after this is
+        taken back by then, and the whole dict can go back as it was)."""
         if not said:
             return
         reasons = self.reasons
-        previous = [(job, reasons.get(job)) for job, _ in said]
+        before = reasons.copy()
         reasons.update(said)
-        self._undo.append(functools.partial(self._restore_reasons, previous))
+        self._undo.append(functools.partial(self._restore_all_reasons, before))
 
-    def _restore_reasons(self, previous: list[tuple[str, Reason | None]]) -> None:
-        for job, reason in reversed(previous):
-            self._restore_reason(job, reason)
+    def _restore_all_reasons(self, before: dict[str, Reason]) -> None:
+        self.reasons.clear()
+        self.reasons.update(before)
 
     def default_reason(self, job: str, reason: Callable[[], Reason]) -> None:
         """Set a reason only where no earlier one says more (an earlier action's). Made

@@ -51,6 +51,14 @@ CASES = [
         "it cannot start whole",
     ),
     Case(
+        # Settled: once the older gang failed, every job left is sure to fail, and this
+        # one gets its reason without being ranked (settling.py).
+        "a gang whose other tasks failed, behind a gang that failed",
+        _two_gpus().job("big", "q").pending(3).job("j", "q", min_member=3).failed().pending(2),
+        "gang-incomplete",
+        "it cannot start whole",
+    ),
+    Case(
         "a gang larger than the empty cluster",
         _two_gpus().job("j", "q").pending(3),
         "gang-too-big",

@@ -1,0 +1,138 @@
+"""A leaf queue's own figures (allocated, non-preemptible, requested) from its tasks.
+
+Most tasks count the same amount against their queue wherever they run (one per
+request), so a queue's figures are sums of amount x number of tasks, per amount. Both
+the full build (cluster.py) and the cycle cache (incremental.py) add those products in
+one canonical order, `add_groups`: then a figure has the same bits however it was come
+to, and the cache can keep the counts per queue (`LeafSums`), so that a job coming or
+going costs its tasks, not its queue's thousand. Tasks whose amount depends on the node
+(gpu-memory slices) are summed one by one, in job order, before the groups; a queue
+with such tasks is summed from its jobs again when it changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+from kai_ray.core.model import TaskStatus
+
+if TYPE_CHECKING:
+    from kai_ray.core.cluster import ClusterState, Job
+
+__all__ = ["AmountKey", "LeafSums", "add_groups", "leaf_figures"]
+
+FloatArray = npt.NDArray[np.float64]
+AmountKey = tuple[float, ...]  # a shared amount's values: equal amounts are one group
+Held = tuple[AmountKey, bool]  # and whether its tasks are non-preemptible
+
+_PENDING, _RELEASING = TaskStatus.PENDING, TaskStatus.RELEASING
+
+
+def add_groups(
+    pending: Mapping[AmountKey, int],
+    held: Mapping[Held, int],
+    allocated: FloatArray,
+    nonpreemptible: FloatArray,
+    requested: FloatArray,
+) -> None:
+    """Add a queue's groups to its rows, in place: the pending tasks' by amount, then
+    the holding tasks' by (amount, non-preemptible)."""
+    for values in sorted(pending):
+        requested += np.array(values) * pending[values]
+    for values, np_ in sorted(held):
+        total = np.array(values) * held[values, np_]
+        allocated += total
+        requested += total
+        if np_:
+            nonpreemptible += total
+
+
+class LeafSums:
+    """Per leaf queue, its tasks counted per shared amount (kept by the cycle cache). A
+    queue is counted when it first changes (`count`), then kept up job by job."""
+
+    def __init__(self, queues: int) -> None:
+        self.counted = [False] * queues
+        self.pending: list[dict[AmountKey, int]] = [{} for _ in range(queues)]
+        self.held: list[dict[Held, int]] = [{} for _ in range(queues)]
+        self.per_node = [0] * queues  # tasks whose amount depends on their node
+        self._keys: dict[int, AmountKey] = {}  # id(amount) -> its values (amounts are shared)
+
+    def count(self, q: int, jobs: Iterable[Job]) -> None:
+        """Count the queue afresh from its jobs."""
+        self.pending[q], self.held[q], self.per_node[q] = {}, {}, 0
+        self.counted[q] = True
+        for job in jobs:
+            self.add(job, 1)
+
+    def add(self, job: Job, sign: int) -> None:
+        """Count the job's tasks in (sign 1) or out (-1), as the snapshot has them."""
+        q, np_ = job.queue, not job.info.preemptible
+        if not self.counted[q]:
+            return
+        pending, held = self.pending[q], self.held[q]
+        for t in job.tasks:
+            if t.status is _PENDING:
+                group: dict[object, int] = pending  # type: ignore[assignment]
+                key: object = None if t.amount is None else self._key(t.amount)
+            elif t.node >= 0 and t.status is not _RELEASING:
+                group = held  # type: ignore[assignment]
+                key = None if t.amount is None else (self._key(t.amount), np_)
+            else:
+                continue
+            if key is None:
+                self.per_node[q] += sign
+                continue
+            n = group.get(key, 0) + sign
+            if n:
+                group[key] = n
+            else:
+                del group[key]
+
+    def _key(self, amount: FloatArray) -> AmountKey:
+        key = self._keys.get(id(amount))
+        if key is None:
+            key = self._keys[id(amount)] = tuple(amount.tolist())
+        return key
+
+    def figures(self, q: int) -> tuple[FloatArray, FloatArray, FloatArray] | None:
+        """The queue's figures from its counts; None when some of its tasks are sized per
+        node (then leaf_figures, from its jobs)."""
+        if self.per_node[q]:
+            return None
+        allocated, nonpreemptible, requested = np.zeros(3), np.zeros(3), np.zeros(3)
+        add_groups(self.pending[q], self.held[q], allocated, nonpreemptible, requested)
+        return allocated, nonpreemptible, requested
+
+
+def leaf_figures(state: ClusterState, jobs: Sequence[Job]) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """One leaf queue's figures from its jobs in snapshot order, as the full build sums
+    them: tasks sized per node one by one, then the groups (add_groups)."""
+    allocated, nonpreemptible, requested = np.zeros(3), np.zeros(3), np.zeros(3)
+    pending: dict[AmountKey, int] = {}
+    held: dict[Held, int] = {}
+    for job in jobs:
+        np_ = not job.info.preemptible
+        for t in job.tasks:
+            if t.status is _PENDING:
+                if t.amount is None:
+                    requested += state.queue_amount(t)
+                else:
+                    key = tuple(t.amount.tolist())
+                    pending[key] = pending.get(key, 0) + 1
+            elif t.node >= 0 and t.status is not _RELEASING:
+                if t.amount is None:
+                    amount = state.queue_amount(t, t.node)
+                    allocated += amount
+                    requested += amount
+                    if np_:
+                        nonpreemptible += amount
+                else:
+                    held_key = (tuple(t.amount.tolist()), np_)
+                    held[held_key] = held.get(held_key, 0) + 1
+    add_groups(pending, held, allocated, nonpreemptible, requested)
+    return allocated, nonpreemptible, requested

@@ -1,0 +1,121 @@
+"""The jobs waiting at the start of a cycle, in line: what allocate starts from.
+
+Per leaf queue, the jobs with pending tasks as the snapshot has them, in the policy's job
+order (entries `(*job key, job.order, job)`, kept sorted), and allocate's SureToFail for
+them (their search keys, grouped). A cycle builds one from its state; the cycle cache
+(incremental.py) keeps one between cycles and adds or removes only the jobs that came or
+went, so that a steady cycle neither keys nor sorts a thousand waiting jobs again.
+
+Why that is the same line: a job's order key and search key are read from the job alone
+(its info, its tasks' states, its order), and a job the cache keeps is exactly as the
+snapshot made it. The line therefore holds only while the cycle has changed nothing:
+`CycleContext.waiting_line` hands it out then, and builds a fresh one otherwise. Orders
+must keep their comparisons: a cache that numbers its jobs afresh builds the line again.
+The policy's job key must be a function of the job (the default's is); it is kept.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from kai_ray.core.cluster import ClusterState, Job
+from kai_ray.core.failures import FailedSearches
+from kai_ray.core.jobqueues import JobQueues, line_entries
+from kai_ray.core.settling import SureToFail
+
+__all__ = ["WaitingLine"]
+
+
+class WaitingLine:
+    def __init__(
+        self, jobs: Iterable[Job], job_key: Callable[[Job], Any], is_capped: Callable[[Job], bool]
+    ) -> None:
+        """`jobs`: those with pending tasks, in snapshot order."""
+        self.job_key, self.is_capped = job_key, is_capped
+        self.lines = line_entries(jobs, job_key)
+        self._entry: dict[int, tuple[Any, ...]] = {}  # id(job) -> its entry
+        for line in self.lines.values():
+            for entry in line:
+                self._entry[id(entry[-1])] = entry
+        self._names: dict[int, tuple[str, ...]] = {}  # per leaf, its jobs' names in line
+        self._sure: SureToFail | None = None  # made when first asked for, then kept
+
+    def __len__(self) -> int:
+        return len(self._entry)
+
+    def __contains__(self, job: Job) -> bool:
+        return id(job) in self._entry
+
+    # ------------------------------------------------------------ kept between cycles
+
+    def add(self, job: Job) -> None:
+        """A job with pending tasks came (its order set among the others')."""
+        entry = (*self.job_key(job), job.order, job)
+        self._entry[id(job)] = entry
+        line = self.lines.get(job.queue)
+        if line is None:
+            self.lines[job.queue] = [entry]
+        else:
+            line.insert(bisect.bisect_right(line, entry), entry)
+        self._names.pop(job.queue, None)
+        if self._sure is not None:
+            self._sure.add(job)
+
+    def remove(self, job: Job) -> None:
+        """A job in line went (finished, changed, or no longer pending)."""
+        entry = self._entry.pop(id(job))
+        line = self.lines[job.queue]
+        at = bisect.bisect_left(line, entry)
+        assert line[at] is entry, "a job's entry is where its key puts it"
+        del line[at]
+        if not line:
+            del self.lines[job.queue]
+        self._names.pop(job.queue, None)
+        if self._sure is not None:
+            self._sure.tried(job)
+
+    # ------------------------------------------------------------ what a cycle takes
+
+    def job_queues(
+        self, state: ClusterState, rank: Callable[[int, Job], Any], forget: Callable[[Job], None]
+    ) -> JobQueues:
+        """The line to take jobs from (copies: the line itself stays as it is)."""
+        lines = {q: line.copy() for q, line in self.lines.items()}
+        return JobQueues(state, rank, lines, self.job_key, forget)
+
+    def sure_to_fail(self, failed: FailedSearches) -> SureToFail:
+        """Allocate's SureToFail for the whole line, starting with `failed`."""
+        if self._sure is None:
+            jobs = [entry[-1] for line in self.lines.values() for entry in line]
+            self._sure = SureToFail(jobs, FailedSearches(), "allocate", True, self.is_capped)
+        return self._sure.fork(failed)
+
+    def queue_order(self, state: ClusterState, touched: set[Job]) -> dict[str, tuple[str, ...]]:
+        """Per leaf queue, its jobs still pending at the end of the cycle in the order
+        allocate would serve them next. A queue none of whose jobs the cycle touched is
+        as the line has it; the others are sorted again (a cycle never makes a task
+        pending, so no job outside the line can join)."""
+        tree, key = state.tree, self.job_key
+        changed = {job.queue for job in touched}
+        order: dict[str, tuple[str, ...]] = {}
+        for q, name in enumerate(tree.names):
+            if not tree.is_leaf[q]:
+                continue
+            line = self.lines.get(q, ())
+            if q not in changed:
+                names = self._names.get(q)
+                if names is None:
+                    names = self._names[q] = tuple(entry[-1].info.name for entry in line)
+                order[name] = names
+                continue
+            jobs = [entry[-1] for entry in line if entry[-1].pending_count]
+            jobs.sort(key=_by_order)  # then a stable sort: ties keep the snapshot's order
+            jobs.sort(key=key)
+            order[name] = tuple(job.info.name for job in jobs)
+        return order
+
+
+def _by_order(job: Job) -> int:
+    return job.order
