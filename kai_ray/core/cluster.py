@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from kai_ray.core.leafsums import AmountKey, add_groups
+from kai_ray.core.leafsums import AmountKey, LeafSums, add_groups
 from kai_ray.core.model import (
     SPREAD_MODES,
     ClusterSnapshot,
@@ -144,9 +144,10 @@ class QueueUsage:
 
     def set_leaves(self, allocated: FloatArray, nonpreemptible: FloatArray, requested: FloatArray) -> None:
         """Every queue's figures from the leaf queues' own."""
-        self.allocated = subtree_sums(self.tree, allocated).tolist()
-        self.allocated_nonpreemptible = subtree_sums(self.tree, nonpreemptible).tolist()
-        self.requested[:] = subtree_sums(self.tree, requested)
+        sums = subtree_sums(self.tree, np.hstack((allocated, nonpreemptible, requested)))
+        self.allocated = sums[:, 0:3].tolist()
+        self.allocated_nonpreemptible = sums[:, 3:6].tolist()
+        self.requested[:] = sums[:, 6:9]
 
     def allocated_row(self, queue: int) -> FloatArray:
         return np.array(self.allocated[queue])
@@ -265,9 +266,10 @@ def extended_columns(snapshot: ClusterSnapshot) -> list[str]:
 
 def build_state_and_leaves(
     snapshot: ClusterSnapshot, tree: QueueTree, requests: RequestCache
-) -> tuple[ClusterState, list[FloatArray]]:
-    """The state, and each leaf queue's own [allocated, non-preemptible, requested] before
-    the subtree sums. `requests`: demand and amount per request, filled and reused."""
+) -> tuple[ClusterState, list[FloatArray], LeafSums]:
+    """The state, each leaf queue's own [allocated, non-preemptible, requested] before
+    the subtree sums, and the same as counts (leafsums.py). `requests`: demand and
+    amount per request, filled and reused."""
     nodes = Nodes(snapshot.nodes, extended_columns(snapshot))
     gpu_mem = [n.gpu_memory for n in snapshot.nodes if n.gpus > 0]
     state = ClusterState(
@@ -282,7 +284,7 @@ def build_state_and_leaves(
     builder = _Builder(state, requests)
     builder.add_jobs(snapshot.jobs)
     state.waiting = [j for j in state.jobs if j.pending_count]
-    return state, [builder.leaf_allocated, builder.leaf_nonpreemptible, builder.leaf_requested]
+    return state, [builder.leaf_allocated, builder.leaf_nonpreemptible, builder.leaf_requested], builder.sums
 
 
 class _Builder:
@@ -301,6 +303,7 @@ class _Builder:
         self.leaf_allocated = np.zeros((q, 3))
         self.leaf_nonpreemptible = np.zeros((q, 3))
         self.leaf_requested = np.zeros((q, 3))
+        self.sums = LeafSums(q)  # the same figures as counts, for a cycle cache to keep
         self.held_rows: list[int] = []
         self.held_demand: list[FloatArray] = []
         self.releasing_rows: list[int] = []
@@ -380,6 +383,7 @@ class _Builder:
         if status is TaskStatus.PENDING:
             if amount is None:
                 self.leaf_requested[job.queue] += self.state.queue_amount(task)
+                self.sums.per_node[job.queue] += 1
             else:
                 key = (job.queue, id(amount))
                 self.pending[key] = self.pending.get(key, 0) + 1
@@ -409,6 +413,7 @@ class _Builder:
             if task.amount is None:
                 amount = self.state.queue_amount(task, node)
                 self.leaf_allocated[q] += amount
+                self.sums.per_node[q] += 1
                 self.leaf_requested[q] += amount
                 if np_:
                     self.leaf_nonpreemptible[q] += amount
@@ -433,6 +438,7 @@ class _Builder:
         for queue in pending.keys() | held.keys():
             rows = self.leaf_allocated[queue], self.leaf_nonpreemptible[queue], self.leaf_requested[queue]
             add_groups(pending.get(queue, {}), held.get(queue, {}), *rows)
+        self.sums.counted_from(pending, held)
         if self.held_rows:
             np.subtract.at(nodes.idle, np.array(self.held_rows), np.array(self.held_demand))
         if self.releasing_rows:
@@ -447,10 +453,11 @@ def cluster_total(nodes: Nodes) -> FloatArray:
 
 
 def subtree_sums(tree: QueueTree, leaf: FloatArray) -> FloatArray:
+    """Each queue's rows summed with its subtree's (columns independent)."""
     total = leaf.copy()
-    for q in sorted(range(len(tree)), key=lambda q: -len(tree.ancestors[q])):
-        if tree.parent[q] >= 0:
-            total[tree.parent[q]] += total[q]
+    parent = tree.parent
+    for q in tree.bottom_up:
+        total[parent[q]] += total[q]
     return total
 
 

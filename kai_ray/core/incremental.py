@@ -5,14 +5,15 @@ decides (`run_cycle` without a cache): the same decisions, reasons, queue figure
 cache keeps the ClusterState, the queue tree and the Placer (with its node indexes) of
 the last cycle, and patches them with what differs in the new snapshot:
 
-- **How a change is found.** By identity: a job whose JobInfo is the very object of
-  the last cycle (`is`) is taken as unchanged. A caller that builds a new JobInfo for
-  every job that changed (the Controller does) needs to say nothing more; one that
-  changes a JobInfo or its tasks in place names those jobs in `changed`. The job list
-  is diffed against the last one at C speed (jobdiff.py): runs of the same objects are
-  kept as they are, and only the jobs that appeared or disappeared are looked at. When
-  kept jobs changed places, or jobs are named in `changed`, every job is looked at
-  (still without rebuilding the unchanged ones).
+- **How a change is found.** By identity, or equality: a job whose JobInfo is the very
+  object of the last cycle (`is`), or an equal one, is taken as unchanged. A caller
+  that builds a new JobInfo for every job that changed (the Controller does) needs to
+  say nothing more; one that changes a JobInfo or its tasks in place names those jobs
+  in `changed`. The job list is diffed against the last one at C speed (jobdiff.py):
+  runs of the same jobs are kept as they are, and only the jobs that appeared or
+  disappeared are looked at. When kept jobs changed places, or jobs are named in
+  `changed`, every job is looked at (still without rebuilding the unchanged ones). The
+  node list is compared the same way: any node not equal rebuilds everything.
 - **What a changed job costs.** Its Job and Task objects are made again, and only the
   nodes its tasks hold (before and after) and its queue are recomputed: a node's idle,
   releasing and devices from its tasks in snapshot order, a leaf queue's figures from
@@ -37,7 +38,6 @@ random sequences of changes and compares every result.
 
 from __future__ import annotations
 
-import operator
 from collections import Counter
 from collections.abc import Collection, Sequence
 
@@ -127,15 +127,15 @@ class CycleCache:
     def _must_rebuild(self, snapshot: ClusterSnapshot, config: SchedulerConfig, policy: Policy) -> bool:
         if self.state is None or self._in_use or config != self._config or policy is not self._policy:
             return True
-        old = self._nodes
-        if len(old) != len(snapshot.nodes) or not all(map(operator.is_, old, snapshot.nodes)):
+        old = self._nodes  # equal nodes build the same state: list equality, C-level
+        if len(old) != len(snapshot.nodes) or old != list(snapshot.nodes):
             return True
         return snapshot.queues != self._queues
 
     def _rebuild(self, snapshot: ClusterSnapshot, config: SchedulerConfig, policy: Policy) -> None:
         self.rebuilds += 1
         self._requests = {}
-        state, self._leaves = build_state_and_leaves(
+        state, self._leaves, self._sums = build_state_and_leaves(
             snapshot, build_queue_tree(snapshot.queues), self._requests
         )
         self.state, self.placer = state, Placer(state, config)
@@ -161,7 +161,6 @@ class CycleCache:
         if len(self._entries) != len(snapshot.jobs):
             self._config = None  # a name used twice: the next cycle is built afresh too
         self._line.number(line)
-        self._sums = LeafSums(len(state.tree))
         self._members = {}
         for job in state.jobs:
             self._members.setdefault(job.queue, {})[id(job)] = job

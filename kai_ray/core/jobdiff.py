@@ -1,11 +1,12 @@
 """What changed between two job lists, at the cost of what changed.
 
 A backend hands the core its whole job list every cycle; between two cycles most of it is
-the very same objects in the same order. `diff_jobs` walks both lists with C-level
-identity comparisons (`map(operator.is_not, ...)` under `itertools.compress`), stopping
-only where they differ, so ten thousand unchanged jobs cost a few tens of microseconds
-and each difference a few more. It returns the new list as pieces: runs kept from the
-old list, and positions of jobs new to it; and the old positions that are gone.
+the very same objects in the same order. `diff_jobs` finds where the lists part with
+C-level list equality over slices (`first_difference`: an item that is the same object
+is never compared further; an equal one counts as the same job), so ten thousand
+unchanged jobs cost a few microseconds and each difference a few tens more. It returns
+the new list as pieces: runs kept from the old list, and positions of jobs new to it;
+and the old positions that are gone.
 
 A kept job must keep its place relative to the other kept jobs (a backend appends new
 jobs and drops finished ones; a changed job is a new object in the old one's place).
@@ -15,13 +16,13 @@ looks at every job.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from itertools import compress, count
 from typing import TypeVar
 
-__all__ = ["JobDiff", "Run", "diff_jobs", "splice"]
+__all__ = ["JobDiff", "Run", "diff_jobs", "first_difference", "splice"]
+
+_SCAN = 32  # items compared one by one once the difference is narrowed to this many
 
 T = TypeVar("T")
 
@@ -45,15 +46,13 @@ def diff_jobs(
 ) -> JobDiff | None:
     """`old_ids`: id() of each old item (a list, for C-level index lookups); `known(x)`:
     whether x is an item of `old` (by identity). None: kept items changed order."""
+    old, new = _as_list(old), _as_list(new)  # slices of both are compared: one type
     pieces: list[Run | int] = []
     removed: list[int] = []
     i = j = 0
     n_old, n_new = len(old), len(new)
     while i < n_old and j < n_new:
-        a, b = iter(old), iter(new)
-        a.__setstate__(i)  # type: ignore[attr-defined]  # list iterators start anywhere in O(1)
-        b.__setstate__(j)  # type: ignore[attr-defined]
-        k = next(compress(count(), map(operator.is_not, a, b)), None)
+        k = first_difference(old, i, new, j)
         run = min(n_old - i, n_new - j) if k is None else k
         if run:
             pieces.append(Run(i, run))
@@ -77,6 +76,32 @@ def diff_jobs(
             return None  # an old item again at the end: moved, or in twice
         pieces.append(p)
     return JobDiff(pieces, removed)
+
+
+def first_difference(old: Sequence[object], i: int, new: Sequence[object], j: int) -> int | None:
+    """The first k where old[i + k] and new[j + k] differ (neither the same object nor
+    equal), or None when none does before one list runs out. Slices are compared with
+    list equality, halving the part that differs: C-level, and an item that is the same
+    object costs no __eq__ call."""
+    n = min(len(old) - i, len(new) - j)
+    if old[i : i + n] == new[j : j + n]:
+        return None
+    lo, hi = 0, n  # old and new match over [0, lo); they differ somewhere in [lo, hi)
+    while hi - lo > _SCAN:
+        mid = (lo + hi) // 2
+        if old[i + lo : i + mid] == new[j + lo : j + mid]:
+            lo = mid
+        else:
+            hi = mid
+    for k in range(lo, hi):
+        a, b = old[i + k], new[j + k]
+        if not (a is b or a == b):
+            return k
+    raise AssertionError("list equality and item equality disagree")
+
+
+def _as_list(items: Sequence[T]) -> list[T]:
+    return items if isinstance(items, list) else list(items)
 
 
 def splice(old: Sequence[T], pieces: Sequence[Run | int], added: Callable[[int], T]) -> list[T]:

@@ -14,7 +14,6 @@ two neighbours, the line is built again (apply returns False).
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -56,9 +55,10 @@ class JobLine:
         self._waiting = [j if j is not None and j.pending_count else None for j in self._jobs]
 
     def same(self, infos: Sequence[JobInfo]) -> bool:
-        """The very objects of the last list, in its order."""
+        """The last list's jobs, in its order: the same objects or equal ones (a job built
+        from an equal JobInfo is the same job)."""
         last = self.infos
-        return len(infos) == len(last) and all(map(operator.is_, infos, last))
+        return len(infos) == len(last) and last == list(infos)
 
     def diff(self, infos: Sequence[JobInfo], known: dict[str, Entry]) -> JobDiff | None:
         def is_known(info: object) -> bool:
@@ -77,7 +77,9 @@ class JobLine:
             if entry.job is not None:
                 entry.job.order = orders[position]
         pieces = diff.pieces
-        self.infos = list(infos)
+        # Kept runs keep the objects their jobs were built from (the new list may hold
+        # equal ones there): infos, ids and entries stay one another's.
+        self.infos = splice(self.infos, pieces, infos.__getitem__)
         self._ids = splice(self._ids, pieces, lambda p: id(infos[p]))
         self.entries = splice(self.entries, pieces, made.__getitem__)
         self._jobs = splice(self._jobs, pieces, lambda p: made[p].job)

@@ -62,6 +62,17 @@ class LeafSums:
         self.per_node = [0] * queues  # tasks whose amount depends on their node
         self._keys: dict[int, AmountKey] = {}  # id(amount) -> its values (amounts are shared)
 
+    def counted_from(
+        self, pending: dict[int, dict[AmountKey, int]], held: dict[int, dict[Held, int]]
+    ) -> None:
+        """Every queue counted: the groups the full build summed (its per-node tasks
+        are counted in `per_node` as it goes)."""
+        self.counted = [True] * len(self.counted)
+        for q, group in pending.items():
+            self.pending[q] = group
+        for q, held_group in held.items():
+            self.held[q] = held_group
+
     def count(self, q: int, jobs: Iterable[Job]) -> None:
         """Count the queue afresh from its jobs."""
         self.pending[q], self.held[q], self.per_node[q] = {}, {}, 0

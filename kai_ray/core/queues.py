@@ -37,6 +37,9 @@ class QueueTree:
     preempt_min_runtime: tuple[float, ...]  # resolved from the queue upward (default 0)
     reclaim_min_runtime: tuple[float | None, ...]  # as given; resolved per victim
     limited: tuple[bool, ...]  # some queue on the path to the root has a limit
+    # Queues with a parent, deepest first (index order within a depth): the order that
+    # adds each queue's figures into its parent's.
+    bottom_up: tuple[int, ...] = ()
 
     def __len__(self) -> int:
         return len(self.names)
@@ -98,6 +101,9 @@ def build_queue_tree(queues: Sequence[QueueInfo]) -> QueueTree:
         preempt_min_runtime=preempt_rt,
         reclaim_min_runtime=tuple(q.reclaim_min_runtime for q in queues),
         limited=tuple(any(has_limit[a] for a in path) for path in ancestors),
+        bottom_up=tuple(
+            q for q in sorted(range(len(queues)), key=lambda q: -len(ancestors[q])) if parent[q] >= 0
+        ),
     )
 
 
