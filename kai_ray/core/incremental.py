@@ -38,6 +38,8 @@ random sequences of changes and compares every result.
 
 from __future__ import annotations
 
+import bisect
+import math
 from collections import Counter
 from collections.abc import Collection, Sequence
 
@@ -191,7 +193,6 @@ class CycleCache:
             patched = self._patch_by_diff(infos, diff, nodes, queues)
         if not patched or len(self._requests) > self.max_requests:
             return False
-        state.jobs, state.waiting = line.jobs(), line.waiting()
         for node in nodes:
             self._rebuild_node(node)
         self._rebuild_queues(queues)
@@ -203,11 +204,17 @@ class CycleCache:
     ) -> bool:
         """Only what the diff names: the jobs gone, then the new ones (a changed job is
         both: its old object gone, its new one in its place)."""
+        state = self.state
+        assert state is not None and state.waiting is not None
         entries, line = self._entries, self._line.entries
         columns_may_change = False
         for position in diff.removed:
             entry = line[position]
             self._drop(entry, nodes, queues)
+            if entry.job is not None:
+                _take_out(state.jobs, entry.job)
+                if entry.job.pending_count:
+                    _take_out(state.waiting, entry.job)
             if entries.get(entry.info.name) is entry:
                 del entries[entry.info.name]
             columns_may_change = columns_may_change or bool(entry.extended)
@@ -224,8 +231,11 @@ class CycleCache:
         if not self._line.apply(infos, diff, made):
             return False
         for entry in made.values():  # in line once their orders are set
-            if entry.job is not None and entry.job.pending_count:
-                self.line.add(entry.job)
+            if entry.job is not None:
+                _put_in(state.jobs, entry.job)
+                if entry.job.pending_count:
+                    _put_in(state.waiting, entry.job)
+                    self.line.add(entry.job)
         return True
 
     def _patch_every_job(
@@ -237,7 +247,7 @@ class CycleCache:
         columns_may_change = False
         found = 0  # snapshot jobs whose name was known: fewer than before means removals
         line: list[Entry] = []
-        last_order = -1  # kept jobs must keep their order: their nodes' sums run in it
+        last_order: float = -math.inf  # kept jobs must keep their order: their nodes' sums run in it
         for info in infos:
             name = info.name
             entry = old.get(name)
@@ -267,6 +277,9 @@ class CycleCache:
         if columns_may_change and not self._same_columns():
             return False
         self._line.number(line)
+        state = self.state
+        assert state is not None
+        state.jobs, state.waiting = self._line.jobs(), self._line.waiting()
         assert self.state is not None and self._policy is not None
         self._line_up(self.state, self._policy)
         return True
@@ -355,6 +368,17 @@ class CycleCache:
             if figures is None:
                 figures = leaf_figures(state, sorted(members, key=_by_order))
             allocated[q], nonpreemptible[q], requested[q] = figures
+
+
+def _take_out(jobs: list[Job], job: Job) -> None:
+    """Remove the job from a list in job order (the state's), moving pointers only."""
+    at = bisect.bisect_left(jobs, job.order, key=_by_order)
+    assert jobs[at] is job, "the state's job lists are in job order"
+    del jobs[at]
+
+
+def _put_in(jobs: list[Job], job: Job) -> None:
+    jobs.insert(bisect.bisect_left(jobs, job.order, key=_by_order), job)
 
 
 def _no_key(job: Job) -> tuple[()]:
