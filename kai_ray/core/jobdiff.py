@@ -45,7 +45,8 @@ def diff_jobs(
     old: Sequence[object], old_ids: Sequence[int], new: Sequence[object], known: Callable[[object], bool]
 ) -> JobDiff | None:
     """`old_ids`: id() of each old item (a list, for C-level index lookups); `known(x)`:
-    whether x is an item of `old` (by identity). None: kept items changed order."""
+    whether x is an item of `old` (by identity). Items equal to the old ones count as
+    kept. None: kept items changed order."""
     old, new = _as_list(old), _as_list(new)  # slices of both are compared: one type
     pieces: list[Run | int] = []
     removed: list[int] = []
@@ -63,6 +64,9 @@ def diff_jobs(
         if not known(item):
             pieces.append(j)  # new to the list (a new job, or a changed one in its old place)
             j += 1
+            if i + 1 < n_old and j < n_new and (old[i + 1] is new[j] or old[i + 1] == new[j]):
+                removed.append(i)  # it took old[i]'s place, and the lists go on alike
+                i += 1
             continue
         try:
             later = old_ids.index(id(item), i + 1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kai_ray.core.jobdiff import Run, diff_jobs, splice
+from kai_ray.core.jobdiff import Run, diff_jobs, first_difference, splice
 
 
 class Item:
@@ -59,3 +59,46 @@ def test_an_unchanged_list_is_one_run() -> None:
     old = [Item(i) for i in range(1000)]
     diff = diff_jobs(old, [id(x) for x in old], list(old), lambda x: True)
     assert diff is not None and diff.pieces == [Run(0, 1000)] and diff.removed == []
+
+
+class Value:
+    """Equal when the values are: a backend may hand over an equal JobInfo again."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Value) and other.n == self.n
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+@given(
+    st.lists(st.integers(0, 3), min_size=0, max_size=300),
+    st.lists(st.tuples(st.integers(0, 299), st.integers(0, 4)), max_size=4),
+    st.integers(0, 20),
+    st.integers(0, 20),
+    st.booleans(),
+)
+def test_first_difference_finds_the_first_item_neither_the_same_nor_equal(
+    values: list[int], changes: list[tuple[int, int]], i: int, j: int, copy_equal: bool
+) -> None:
+    old = [Value(v) for v in values]
+    # The same objects, or equal copies of them; then a few items changed.
+    new = [Value(x.n) if copy_equal else x for x in old]
+    for at, value in changes:
+        if new:
+            new[at % len(new)] = Value(value)
+    i, j = min(i, len(old)), min(j, len(new))
+    n = min(len(old) - i, len(new) - j)
+    expected = next((k for k in range(n) if old[i + k] != new[j + k]), None)
+    assert first_difference(old, i, new, j) == expected
+
+
+def test_an_equal_item_is_kept_and_an_unequal_one_is_new() -> None:
+    old = [Value(i) for i in range(100)]
+    new = [Value(i) for i in range(100)]  # equal, none the same object
+    new[40] = Value(1000)
+    diff = diff_jobs(old, [id(x) for x in old], new, lambda x: any(x is y for y in old))
+    assert diff is not None
+    assert diff.pieces == [Run(0, 40), 40, Run(41, 59)] and diff.removed == [40]
