@@ -7,7 +7,8 @@ set, every cycle is decided both ways and a difference raises IncrementalMismatc
 the fields that differ. The test suite sets it, so the real backends' sequences of changes
 test the cache as well as the random ones of tests/core do.
 
-The cache tells what changed by identity (see core/incremental.py). A backend that makes
+The cache tells what changed by identity first, then equality (see core/incremental.py):
+an equal object is the same job, but comparing it costs its fields. A backend that makes
 its snapshot afresh every pass (the operator lists its world) keeps the last pass's
 objects where they are equal (`Stable`), so that an unchanged job costs nothing.
 """

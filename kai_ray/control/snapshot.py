@@ -134,7 +134,7 @@ class JobInfos:
 
 def same_nodes(old: Mapping[str, NodeInfo], new: Iterable[NodeInfo]) -> dict[str, NodeInfo]:
     """The new nodes by name, keeping the old object for a node that did not change (the
-    incremental cycle tells changed nodes by identity)."""
+    incremental cycle compares nodes by identity before their fields)."""
     return {n.name: kept(old, n.name, n) for n in new}
 
 

@@ -25,7 +25,7 @@ the last cycle, and patches them with what differs in the new snapshot:
   `restore` takes the whole cycle back, then recomputes the nodes the cycle touched. The
   state is then again the one the snapshot describes, ready for the next patch.
 - **What rebuilds everything** (as the full path does): the first cycle; a node list
-  that is not the same objects in the same order (nodes change rarely: any node added,
+  that is not the same (or equal) nodes in the same order (nodes change rarely: any node added,
   removed or changed rebuilds); another queue list, config or policy; a job that
   changes the set of extended-resource columns; a job name used twice; kept jobs that
   changed places; no order left between two neighbours (after many jobs appeared at one
