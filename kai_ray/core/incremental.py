@@ -39,6 +39,7 @@ random sequences of changes and compares every result.
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 from collections import Counter
 from collections.abc import Collection, Sequence
@@ -61,7 +62,7 @@ from kai_ray.core.cluster import (
 )
 from kai_ray.core.jobdiff import JobDiff
 from kai_ray.core.jobline import Entry, JobLine
-from kai_ray.core.leafsums import LeafSums, leaf_figures
+from kai_ray.core.leafsums import LeafSums
 from kai_ray.core.model import ClusterSnapshot, JobInfo, NodeInfo, QueueInfo, SchedulerConfig, TaskStatus
 from kai_ray.core.placement import Placer
 from kai_ray.core.policy import Policy
@@ -364,10 +365,8 @@ class CycleCache:
             members = self._members.get(q, {}).values()
             if not sums.counted[q]:
                 sums.count(q, members)
-            figures = sums.figures(q)
-            if figures is None:
-                figures = leaf_figures(state, sorted(members, key=_by_order))
-            allocated[q], nonpreemptible[q], requested[q] = figures
+            in_order = functools.partial(sorted, members, key=_by_order)
+            allocated[q], nonpreemptible[q], requested[q] = sums.figures(q, state, in_order)
 
 
 def _take_out(jobs: list[Job], job: Job) -> None:

@@ -6,13 +6,13 @@ the full build (cluster.py) and the cycle cache (incremental.py) add those produ
 one canonical order, `add_groups`: then a figure has the same bits however it was come
 to, and the cache can keep the counts per queue (`LeafSums`), so that a job coming or
 going costs its tasks, not its queue's thousand. Tasks whose amount depends on the node
-(gpu-memory slices) are summed one by one, in job order, before the groups; a queue
-with such tasks is summed from its jobs again when it changes.
+(gpu-memory slices) are summed one by one, in job order, before the groups; in a queue
+with such tasks, those are summed from its jobs again when it changes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -23,7 +23,7 @@ from kai_ray.core.model import TaskStatus
 if TYPE_CHECKING:
     from kai_ray.core.cluster import ClusterState, Job
 
-__all__ = ["AmountKey", "LeafSums", "add_groups", "leaf_figures"]
+__all__ = ["AmountKey", "LeafSums", "add_groups"]
 
 FloatArray = npt.NDArray[np.float64]
 AmountKey = tuple[float, ...]  # a shared amount's values: equal amounts are one group
@@ -110,40 +110,25 @@ class LeafSums:
             key = self._keys[id(amount)] = tuple(amount.tolist())
         return key
 
-    def figures(self, q: int) -> tuple[FloatArray, FloatArray, FloatArray] | None:
-        """The queue's figures from its counts; None when some of its tasks are sized per
-        node (then leaf_figures, from its jobs)."""
-        if self.per_node[q]:
-            return None
+    def figures(
+        self, q: int, state: ClusterState, jobs: Callable[[], Iterable[Job]]
+    ) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """The queue's figures, as the full build sums them: its tasks sized per node one
+        by one, in job order (`jobs()`, asked for only when it has such tasks), then its
+        counted groups (add_groups)."""
         allocated, nonpreemptible, requested = np.zeros(3), np.zeros(3), np.zeros(3)
+        if self.per_node[q]:
+            for job in jobs():
+                for t in job.tasks:
+                    if t.amount is not None:
+                        continue  # counted in the groups
+                    if t.status is _PENDING:
+                        requested += state.queue_amount(t)
+                    elif t.node >= 0 and t.status is not _RELEASING:
+                        amount = state.queue_amount(t, t.node)
+                        allocated += amount
+                        requested += amount
+                        if not job.info.preemptible:
+                            nonpreemptible += amount
         add_groups(self.pending[q], self.held[q], allocated, nonpreemptible, requested)
         return allocated, nonpreemptible, requested
-
-
-def leaf_figures(state: ClusterState, jobs: Sequence[Job]) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """One leaf queue's figures from its jobs in snapshot order, as the full build sums
-    them: tasks sized per node one by one, then the groups (add_groups)."""
-    allocated, nonpreemptible, requested = np.zeros(3), np.zeros(3), np.zeros(3)
-    pending: dict[AmountKey, int] = {}
-    held: dict[Held, int] = {}
-    for job in jobs:
-        np_ = not job.info.preemptible
-        for t in job.tasks:
-            if t.status is _PENDING:
-                if t.amount is None:
-                    requested += state.queue_amount(t)
-                else:
-                    key = tuple(t.amount.tolist())
-                    pending[key] = pending.get(key, 0) + 1
-            elif t.node >= 0 and t.status is not _RELEASING:
-                if t.amount is None:
-                    amount = state.queue_amount(t, t.node)
-                    allocated += amount
-                    requested += amount
-                    if np_:
-                        nonpreemptible += amount
-                else:
-                    held_key = (tuple(t.amount.tolist()), np_)
-                    held[held_key] = held.get(held_key, 0) + 1
-    add_groups(pending, held, allocated, nonpreemptible, requested)
-    return allocated, nonpreemptible, requested
