@@ -60,7 +60,7 @@ from kai_ray.core.cluster import (
     job_problem,
     per_request,
 )
-from kai_ray.core.jobdiff import JobDiff
+from kai_ray.core.jobdiff import JobDiff, as_list
 from kai_ray.core.jobline import Entry, JobLine
 from kai_ray.core.leafsums import LeafSums
 from kai_ray.core.model import ClusterSnapshot, JobInfo, NodeInfo, QueueInfo, SchedulerConfig, TaskStatus
@@ -131,7 +131,7 @@ class CycleCache:
         if self.state is None or self._in_use or config != self._config or policy is not self._policy:
             return True
         old = self._nodes  # equal nodes build the same state: list equality, C-level
-        if len(old) != len(snapshot.nodes) or old != list(snapshot.nodes):
+        if len(old) != len(snapshot.nodes) or old != as_list(snapshot.nodes):
             return True
         return snapshot.queues != self._queues
 
@@ -168,11 +168,14 @@ class CycleCache:
         for job in state.jobs:
             self._members.setdefault(job.queue, {})[id(job)] = job
         state.waiting = self._line.waiting()
-        self._line_up(state, policy)
+        self._line_up()
 
-    def _line_up(self, state: ClusterState, policy: Policy) -> None:
-        """The waiting line afresh: after a build, or after the jobs were numbered again."""
-        self.line = WaitingLine(self._line.waiting(), policy.job_order, lambda job: capped(state, job))
+    def _line_up(self) -> None:
+        """The waiting line afresh, from the state's waiting jobs: after a build, or after
+        the jobs were numbered again."""
+        state, policy = self.state, self._policy
+        assert state is not None and state.waiting is not None and policy is not None
+        self.line = WaitingLine(state.waiting, policy.job_order, lambda job: capped(state, job))
 
     # ------------------------------------------------------------ patching
 
@@ -281,8 +284,7 @@ class CycleCache:
         state = self.state
         assert state is not None
         state.jobs, state.waiting = self._line.jobs(), self._line.waiting()
-        assert self.state is not None and self._policy is not None
-        self._line_up(self.state, self._policy)
+        self._line_up()
         return True
 
     def _make(self, info: JobInfo, nodes: set[int], queues: set[int]) -> Entry:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-__all__ = ["JobDiff", "Run", "diff_jobs", "first_difference", "splice"]
+__all__ = ["JobDiff", "Run", "as_list", "diff_jobs", "first_difference"]
 
 _SCAN = 32  # items compared one by one once the difference is narrowed to this many
 
@@ -47,7 +47,7 @@ def diff_jobs(
     """`old_ids`: id() of each old item (a list, for C-level index lookups); `known(x)`:
     whether x is an item of `old` (by identity). Items equal to the old ones count as
     kept. None: kept items changed order."""
-    old, new = _as_list(old), _as_list(new)  # slices of both are compared: one type
+    old, new = as_list(old), as_list(new)  # slices of both are compared: one type
     pieces: list[Run | int] = []
     removed: list[int] = []
     i = j = 0
@@ -104,17 +104,7 @@ def first_difference(old: Sequence[object], i: int, new: Sequence[object], j: in
     raise AssertionError("list equality and item equality disagree")
 
 
-def _as_list(items: Sequence[T]) -> list[T]:
+def as_list(items: Sequence[T]) -> list[T]:
+    """The list itself, or a list of the items (slices of two lists compare; a list and a
+    tuple never do)."""
     return items if isinstance(items, list) else list(items)
-
-
-def splice(old: Sequence[T], pieces: Sequence[Run | int], added: Callable[[int], T]) -> list[T]:
-    """The new list of a value kept per position: old values for the kept runs, and
-    `added(position)` for each new position."""
-    out: list[T] = []
-    for piece in pieces:
-        if isinstance(piece, Run):
-            out += old[piece.start : piece.start + piece.length]
-        else:
-            out.append(added(piece))
-    return out

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kai_ray.core.cluster import Job
-from kai_ray.core.jobdiff import JobDiff, Run, diff_jobs
+from kai_ray.core.jobdiff import JobDiff, Run, as_list, diff_jobs
 from kai_ray.core.model import JobInfo
 
 __all__ = ["GAP", "Entry", "JobLine"]
@@ -53,7 +53,7 @@ class JobLine:
         """The last list's jobs, in its order: the same objects or equal ones (a job built
         from an equal JobInfo is the same job)."""
         last = self.infos
-        return len(infos) == len(last) and last == (infos if isinstance(infos, list) else list(infos))
+        return len(infos) == len(last) and last == as_list(infos)
 
     def diff(self, infos: Sequence[JobInfo], known: dict[str, Entry]) -> JobDiff | None:
         def is_known(info: object) -> bool:

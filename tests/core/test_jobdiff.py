@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kai_ray.core.jobdiff import Run, diff_jobs, first_difference, splice
+from kai_ray.core.jobdiff import Run, diff_jobs, first_difference
+
+
+def splice(old: list[Item], pieces: list[Run | int], added: Callable[[int], Item]) -> list[Item]:
+    """The new list the pieces describe: old items for the kept runs, `added(position)`
+    for each new position."""
+    out: list[Item] = []
+    for piece in pieces:
+        if isinstance(piece, Run):
+            out += old[piece.start : piece.start + piece.length]
+        else:
+            out.append(added(piece))
+    return out
 
 
 class Item:
