@@ -15,7 +15,7 @@ so the Python work is proportional to depth x priority tiers x rounds, not to Q.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -97,22 +97,13 @@ class _Level:
         return x[self.group]
 
 
-_known_levels: dict[int, tuple[QueueTree, list[_Level]]] = {}  # by id of the tree, held
-_KEEP_TREES = 8
-
-
 def _levels(tree: QueueTree) -> list[_Level]:
-    """The tree's levels, kept for the last few trees asked about: a scheduler asks
-    about the same tree cycle after cycle (a simulator comparing policies, about one per
-    policy), and a tree is immutable."""
-    known = _known_levels.get(id(tree))
-    if known is not None and known[0] is tree:
-        return known[1]
-    levels = _build_levels(tree)
-    if len(_known_levels) >= _KEEP_TREES:
-        del _known_levels[next(iter(_known_levels))]  # the oldest
-    _known_levels[id(tree)] = (tree, levels)
-    return levels
+    """The tree's levels, kept with the tree: a scheduler asks about the same tree cycle
+    after cycle (a cycle cache keeps it), and a tree is never changed."""
+    levels = tree.derived.get("fair-share levels")
+    if levels is None:
+        levels = tree.derived["fair-share levels"] = _build_levels(tree)
+    return cast(list[_Level], levels)
 
 
 def _build_levels(tree: QueueTree) -> list[_Level]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -40,6 +40,9 @@ class QueueTree:
     # Queues with a parent, deepest first (index order within a depth): the order that
     # adds each queue's figures into its parent's.
     bottom_up: tuple[int, ...] = ()
+    # What other modules work out from the tree alone, kept with it (the tree is never
+    # changed; fairshare.py keeps its levels here): a scheduler asks cycle after cycle.
+    derived: dict[str, object] = field(default_factory=dict, compare=False, repr=False)
 
     def __len__(self) -> int:
         return len(self.names)
