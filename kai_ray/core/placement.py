@@ -3,7 +3,8 @@ and topology domains. Placement changes state only through the Statement it is g
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import TypeVar, cast
 
 import numpy as np
 
@@ -15,6 +16,7 @@ from kai_ray.core.statement import Statement
 
 __all__ = ["Placer", "Spot"]
 
+T = TypeVar("T")
 Spot = tuple[int, int, bool]  # node, device (-1 unless fractional), pipelined
 _NONE_FITS, _UNSURE, _MAX_SCAN = -1, -2, 64
 
@@ -32,7 +34,7 @@ class Placer:
         # Answers that depend on the nodes as built alone (capacity, labels), never on
         # what runs there: kept as long as the Placer, which a cycle cache keeps while
         # the nodes are the same (reasons.py keeps whether a gang could ever fit here).
-        self.node_facts: dict[tuple[object, ...], object] = {}
+        self._node_facts: dict[tuple[object, ...], object] = {}
 
     @property
     def buckets(self) -> GpuBuckets:
@@ -67,6 +69,13 @@ class Placer:
                 mask = mask.copy()
                 mask[held] = False
         return mask
+
+    def node_fact(self, key: tuple[object, ...], work_out: Callable[[], T]) -> T:
+        """An answer that depends on the nodes alone (not on what runs there), worked out
+        once per `key` (which must hold every other input) and kept with the Placer."""
+        if key not in self._node_facts:
+            self._node_facts[key] = work_out()
+        return cast(T, self._node_facts[key])
 
     def domains(self, level: str) -> Domains:
         """Per node, the id of its domain at a topology level (cached per level)."""

@@ -24,10 +24,7 @@ def never_fits(placer: Placer, task: Task, mask: np.ndarray) -> bool:
 def _never_fits_here(placer: Placer, job: Job, task: Task, mask: np.ndarray) -> bool:
     """never_fits for the job's base mask, which its node selector decides: kept."""
     key = ("task never fits", task.request, job.selector)
-    known = placer.node_facts.get(key)
-    if known is None:
-        known = placer.node_facts[key] = never_fits(placer, task, mask)
-    return bool(known)
+    return placer.node_fact(key, lambda: never_fits(placer, task, mask))
 
 
 def explain_unplaced(placer: Placer, tasks: Sequence[Task]) -> Reason:
@@ -64,12 +61,12 @@ def _gang_never_fits(placer: Placer, job: Job, missing: Sequence[Task], mask: np
     constraint = job.info.topology
     level = constraint.required if constraint is not None else None
     key = ("gang never fits", tuple(gang), job.selector, job.info.spread, level)
-    known = placer.node_facts.get(key)
-    if known is None:
+
+    def work_out() -> str:
         domains = placer.domains(level) if level else None
-        known = placer.node_facts[key] = gang_problem(placer.state.nodes, gang, mask, job.info, domains)
-    assert isinstance(known, str)
-    return known
+        return gang_problem(placer.state.nodes, gang, mask, job.info, domains)
+
+    return placer.node_fact(key, work_out)
 
 
 def _spread_reason(placer: Placer, job: Job, task: Task, mask: np.ndarray, gang: str) -> str:
@@ -108,10 +105,7 @@ def _room_reason(placer: Placer, task: Task, mask: np.ndarray, gang: str) -> str
 def _among(placer: Placer, job: Job, mask: np.ndarray) -> np.ndarray | slice:
     """The job's base mask as an index: every node when it holds them all (indexing by
     a mask of ten thousand nodes costs more than the sum it selects for)."""
-    key = ("selects every node", job.selector)
-    every = placer.node_facts.get(key)
-    if every is None:
-        every = placer.node_facts[key] = bool(mask.all())
+    every = placer.node_fact(("selects every node", job.selector), lambda: bool(mask.all()))
     return slice(None) if every else mask
 
 
