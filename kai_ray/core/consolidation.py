@@ -24,7 +24,12 @@ def consolidate(ctx: CycleContext) -> None:
     failed = FailedSearches(ctx.config.skip_failed_searches)
     # A gang too few tasks are left for is still tried here: incomplete_fails=False.
     each_waiting_gang(
-        ctx, "consolidation", failed, lambda job: _step(ctx, job, failed), incomplete_fails=False
+        ctx,
+        "consolidation",
+        failed,
+        lambda job: _step(ctx, job, failed),
+        incomplete_fails=False,
+        idle=lambda job, key: True,  # a failed key: no search, no reason (see _step)
     )
 
 

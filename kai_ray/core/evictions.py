@@ -27,7 +27,7 @@ from kai_ray.core.capacity import (
 from kai_ray.core.cluster import EPS, Job, Task
 from kai_ray.core.consolidation import consolidate
 from kai_ray.core.context import CycleContext
-from kai_ray.core.failures import FailedSearches, search_key
+from kai_ray.core.failures import FailedSearches, FailureKey, search_key
 from kai_ray.core.hooks import ReclaimSides
 from kai_ray.core.model import Reason, TaskStatus
 from kai_ray.core.settling import each_waiting_gang
@@ -226,7 +226,7 @@ def preempt(ctx: CycleContext) -> None:
         ctx.stmt.default_reason(job.name, functools.partial(_no_lower_priority, ctx, job))
         make_room(ctx, job, _preempt_plan(ctx, job, candidates), failed)
 
-    each_waiting_gang(ctx, "preempt", failed, step)
+    each_waiting_gang(ctx, "preempt", failed, step, idle=functools.partial(_said_already, ctx, failed))
 
 
 def _no_lower_priority(ctx: CycleContext, job: Job) -> Reason:
@@ -255,7 +255,20 @@ def reclaim(ctx: CycleContext) -> None:
     failed = FailedSearches(ctx.config.skip_failed_searches)
     candidates = _Candidates(ctx)
     giving = GivingOrder(ctx)
-    each_waiting_gang(ctx, "reclaim", failed, lambda job: _reclaim_for(ctx, job, candidates, giving, failed))
+    each_waiting_gang(
+        ctx,
+        "reclaim",
+        failed,
+        lambda job: _reclaim_for(ctx, job, candidates, giving, failed),
+        idle=functools.partial(_said_already, ctx, failed),
+    )
+
+
+def _said_already(ctx: CycleContext, failed: FailedSearches, job: Job, key: FailureKey) -> bool:
+    """Reclaim's and preempt's step for a job whose search key failed: a default reason
+    (kept where the job has one already) and the failure's own reason (when it has one,
+    such as min runtime). Nothing else."""
+    return failed.reason(key) is None and job.name in ctx.stmt.reasons
 
 
 def _reclaim_for(
@@ -270,6 +283,10 @@ def _reclaim_for(
     mine_before = {q: state.usage.allocated_row(q) for q in tree.ancestors[job.queue]}
     if not policy.may_reclaim(state, shares, job, amount):
         ctx.stmt.default_reason(job.name, functools.partial(_over_share_reason, ctx, job, amount))
+        # The verdict reads the job's queue, amount and preemptibility, all in its search
+        # key: a job with the same key is turned away too until room moves, so the rest
+        # of the line can settle (settling.py) instead of being ranked job by job.
+        failed.add(search_key(job, gang, "reclaim"), None)
         return False
 
     def eligible(u: Unit) -> bool:

@@ -32,11 +32,15 @@ def each_waiting_gang(
     failed: FailedSearches,
     step: Callable[[Job], object],
     incomplete_fails: bool = True,
+    idle: Callable[[Job, FailureKey], bool] | None = None,
 ) -> None:
     """`step` for each job whose gang is incomplete, in queue order; once every job left
     is sure to fail (its step can change nothing but its reason), for the rest as they
     come. `step` must fail a job whose key is in `failed` without a search (and, with
-    `incomplete_fails`, a gang too few tasks are left for)."""
+    `incomplete_fails`, a gang too few tasks are left for). `idle(job, key)`: the action
+    knows that the step of a job whose key failed already changes nothing at all (not
+    even its reason): once settled, such a job is passed over, which keeps a deep line
+    from costing a step per job per cycle."""
     order = ctx.waiting_gangs()
     sure = SureToFail(order.remaining(), failed, action, incomplete_fails) if failed.enabled else None
     while (job := order.next_job()) is not None:
@@ -46,6 +50,9 @@ def each_waiting_gang(
             sure.tried(job)
             if sure.all_fail():
                 for rest in order.remaining():
+                    key = sure.key_of(rest)
+                    if idle is not None and key is not None and failed.known(key) and idle(rest, key):
+                        continue
                     step(rest)
                 return
 

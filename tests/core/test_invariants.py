@@ -7,7 +7,8 @@ the input snapshot and recounts everything from the tasks.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 from unittest.mock import patch
 
 from hypothesis import HealthCheck, given, settings
@@ -30,7 +31,10 @@ from kai_ray.core import (
     TopologyConstraint,
     run_cycle,
 )
+from kai_ray.core.policy import DEFAULT_POLICY
 from kai_ray.core.settling import SureToFail
+
+from .builders import ClusterBuilder
 
 GI = 1024.0**3
 EPS = 1e-6
@@ -433,3 +437,26 @@ def test_settling_the_rest_of_allocate_at_once_changes_nothing(snap: ClusterSnap
         with patch.object(SureToFail, "all_fail", lambda self: False):
             in_line = run_cycle(snap, config, 0.0)
         assert settled == in_line
+
+
+def test_reclaim_settles_once_its_queue_may_not_reclaim() -> None:
+    """A queue at its fair share may not reclaim. The verdict reads only what the job's
+    search key holds, so the job's look-alikes are sure to fail too: reclaim stops
+    ranking queues after the first of them (ranking a thousand waiting jobs each cycle was
+    most of a deep queue's cycle). Reasons and decisions: as the property tests above."""
+    builder = ClusterBuilder().node("n0", gpus=2).queue("q", gpu_quota=2)
+    builder.job("holder", "q", gpu=2).running("n0")
+    for i in range(50):
+        builder.job(f"w{i}", "q").pending()
+    ranked = 0
+
+    def counting(*args: Any) -> Any:
+        nonlocal ranked
+        ranked += 1
+        return DEFAULT_POLICY.queue_rank(*args)
+
+    policy = replace(DEFAULT_POLICY, queue_rank=counting)
+    result = run_cycle(builder.build(), SchedulerConfig(actions=("reclaim",)), 0.0, policy)
+    assert ranked <= 3, ranked
+    assert len(result.pending_reasons) == 50
+    assert all("cannot reclaim" in text for text in result.pending_reasons.values())

@@ -169,6 +169,23 @@ CASES = [
         "(the last for 540s more)",
         actions=("allocate", "preempt"),
     ),
+    Case(
+        # Settled: j's look-alike failed first, on min runtime; j is passed over by its
+        # key, and still gets that failure's reason, not allocate's "no free room".
+        "a look-alike behind it found the only victim within its min runtime",
+        ClusterBuilder()
+        .node("n0", gpus=1)
+        .queue("q", gpu_quota=1, preempt_min_runtime=600.0)
+        .job("train", "q")
+        .running("n0", since=-60)
+        .job("first", "q", priority="inference")
+        .pending()
+        .job("j", "q", priority="inference")
+        .pending(),
+        "min-runtime",
+        "(the last for 540s more)",
+        actions=("allocate", "preempt"),
+    ),
 ]
 
 
