@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kai_ray.control import lifecycle as lc
@@ -112,6 +112,7 @@ class Controller:
         self.positions: dict[str, tuple[int, int]] = {}
         self.nodes: dict[str, NodeInfo] = {}
         self._dirty: set[str] = set()
+        self._finished: dict[str, None] = {}  # finished workloads, longest finished first
         self._events: list[ControlEvent] = []
         # Workload shapes validate() accepted on the current nodes and queues -> the
         # normalised resources per worker.
@@ -124,6 +125,8 @@ class Controller:
         for value in self.records.load(_WL).values():
             w = Workload.from_json(dict(value))
             self.workloads[w.id] = w
+        done = sorted((w for w in self.workloads.values() if w.terminal), key=lambda w: w.since)
+        self._finished = dict.fromkeys(w.id for w in done)
         queues = self.records.get("queues")
         if queues is not None:
             self.queues = [queue_from_json(q) for q in queues]
@@ -205,9 +208,16 @@ class Controller:
         self._accepted[shape] = dict(spec.resources_per_worker)
 
     def cancel(self, wid: str, reason: str = "cancelled by the user") -> list[ControlEvent]:
-        w = self.get(wid)
-        if not w.terminal:
-            self._fire(w, lc.Cancel(reason), self.clock.now(), "cancelling it")
+        return self.cancel_many([wid], reason)
+
+    def cancel_many(self, wids: Sequence[str], reason: str = "cancelled by the user") -> list[ControlEvent]:
+        """Cancel each (one that ended already is left as it is), written in one batch.
+        An unknown id is a KeyError before anything changed."""
+        targets = [self.get(wid) for wid in wids]
+        now = self.clock.now()
+        for w in targets:
+            if not w.terminal:
+                self._fire(w, lc.Cancel(reason), now, "cancelling it")
         self.flush()
         return self._drain()
 
@@ -220,12 +230,13 @@ class Controller:
         self.flush()
         return self._drain()
 
-    def register_runner(self, wid: str, attempt: int, node: str, pid: int) -> bool:
-        """The process running the workload's code; False: that attempt is over (stop)."""
+    def register_runner(self, wid: str, attempt: int, runner: Mapping[str, Any]) -> bool:
+        """Who is about to run the workload's code (the actuator's `stop` gets it back);
+        False: that attempt is over, do not start it."""
         w = self.get(wid)
         if w.attempt != attempt or w.state not in (State.RUNNING, State.ADMITTING):
             return False
-        lc.transition(w, lc.RunnerStarted(node, pid), self.clock.now())
+        lc.transition(w, lc.RunnerStarted(runner), self.clock.now())
         self._changed(w.id)
         self.flush()
         return True
@@ -397,6 +408,8 @@ class Controller:
         old, preemptions, workers = w.state, w.preemptions, _workers(w)
         effects = lc.transition(w, event, now)
         self._changed(w.id)
+        if w.terminal and old not in TERMINAL:
+            self._finished[w.id] = None
         if w.state is not old or _workers(w) != workers:
             self._events.append(WorkloadChanged(w.id, w.spec.queue, old.value, w.state.value, w.reason, now))
         if old is State.ADMITTING and w.state is State.RUNNING:
@@ -480,14 +493,13 @@ class Controller:
         return events
 
     def _prune(self) -> None:
-        if len(self.workloads) <= KEEP_FINISHED:  # the common case, without a scan
-            return
-        done = [w for w in self.workloads.values() if w.state in TERMINAL]
-        if len(done) > KEEP_FINISHED:
-            done.sort(key=lambda w: w.since)
-            for w in done[: len(done) - KEEP_FINISHED]:
-                del self.workloads[w.id]
-                self._changed(w.id)
+        """Forget the longest-finished workloads beyond KEEP_FINISHED (O(1) a submission:
+        with ten thousand waiting, a scan for them would cost more than the submission)."""
+        while len(self._finished) > KEEP_FINISHED:
+            wid = next(iter(self._finished))
+            del self._finished[wid]
+            if self.workloads.pop(wid, None) is not None:
+                self._changed(wid)
 
 
 def _workers(w: Workload) -> list[tuple[str, str, float | None]]:

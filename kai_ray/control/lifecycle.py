@@ -177,10 +177,10 @@ class Started:
 
 @dataclass(frozen=True, slots=True)
 class RunnerStarted:
-    """The process running its code, to kill on preemption."""
+    """Who runs its code this attempt, for the backend to stop on preemption (opaque to
+    the lifecycle: on Ray, the driver's dispatcher that started the body)."""
 
-    node: str
-    pid: int
+    runner: Mapping[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -365,7 +365,7 @@ def _started(w: Workload, e: Started, now: float) -> list[Effect]:
 
 
 def _runner_started(w: Workload, e: RunnerStarted, now: float) -> list[Effect]:
-    w.runner = {"node": e.node, "pid": e.pid}
+    w.runner = dict(e.runner)
     return []
 
 

@@ -92,7 +92,8 @@ class Actuator(Protocol):
         """How an ended run ended, in a few words (its exit code); "" when unknown."""
 
     def stop(self, runner: Mapping[str, Any] | None, run_id: str) -> None:
-        """End a workload's run: its driver process (`runner`) and/or its run."""
+        """End a workload's run: what runs its code (`runner`, as registered) and/or its
+        run (a job's run id)."""
 
     def notify(self, workload_id: str, notice: Mapping[str, Any] | None) -> None:
         """Deliver the preemption notice the workload reads (None: withdraw it)."""

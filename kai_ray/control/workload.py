@@ -178,7 +178,7 @@ class Workload:
     # creator's namespace, so clients and jobs find their group by id.
     group_ids: dict[str, str] = field(default_factory=dict)
     deadline: float | None = None  # PREEMPTING: when the group goes
-    runner: dict[str, Any] | None = None  # {"node": hex, "pid": int}: the process to kill
+    runner: dict[str, Any] | None = None  # who runs its code, to stop (the backend's words)
     submission_id: str = ""  # kind == "job": the Ray job of this attempt
     preemptions: int = 0
     error: str = ""

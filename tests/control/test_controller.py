@@ -122,7 +122,9 @@ def test_preemption_gives_notice_then_stops_and_requeues_or_fails() -> None:
     h.at(1).step()
     h.at(2).step()
     assert low.state is State.RUNNING
-    assert h.controller.register_runner("low", 1, "n0", 4242)
+    runner = {"dispatcher": "d-1", "workload": "low", "attempt": 1}
+    assert h.controller.register_runner("low", 1, runner)
+    assert not h.controller.register_runner("low", 2, runner)  # not this workload's attempt
     h.submit("high", priority=125, preemptible=False)
     h.at(3).step()
     assert low.state is State.PREEMPTING and h.actuator.notices["low"]["deadline"] == 13
@@ -132,7 +134,7 @@ def test_preemption_gives_notice_then_stops_and_requeues_or_fails() -> None:
     assert low.state is State.PREEMPTING
     h.at(13).step()
     assert low.state is State.QUEUED and "preempt" in low.history[-1][3]
-    assert h.actuator.stopped == [({"node": "n0", "pid": 4242}, "")]
+    assert h.actuator.stopped == [(runner, "")]
     assert "kai-ray/low/1" not in h.actuator.groups and "low" not in h.actuator.notices
     h.at(14).step()
     h.at(15).step()
@@ -182,3 +184,28 @@ def test_the_same_id_is_the_same_workload_or_refused() -> None:
     assert again is first  # a retried call
     with pytest.raises(SubmitError, match="workload id 'w' is taken by another workload"):
         h.submit("w", resources_per_worker={"GPU": 2})
+
+
+def test_the_longest_finished_are_forgotten_first_and_never_a_live_one(monkeypatch: Any) -> None:
+    """Finished workloads are kept for status queries up to KEEP_FINISHED; beyond that
+    a submission forgets the one finished longest ago (without a scan of the table:
+    with ten thousand waiting, a scan per submission cost more than the submission)."""
+    from kai_ray.control import controller as controller_module
+
+    monkeypatch.setattr(controller_module, "KEEP_FINISHED", 2)
+    h = make(nodes=1)
+    for wid in ("a", "b", "c"):
+        h.submit(wid, resources_per_worker={"GPU": 1, "CPU": 1})
+    h.submit("waits", resources_per_worker={"GPU": 4, "CPU": 1})  # behind the three
+    h.at(1).step()
+    h.at(2).step()
+    for t, wid in zip((3, 4, 5), ("b", "a", "c"), strict=True):  # b finishes first
+        h.at(t).controller.finish(wid, 1, True)
+    h.at(6).submit("new")
+    assert set(h.controller.workloads) == {"a", "c", "waits", "new"}  # b: forgotten
+    h.controller.flush()
+    assert "wl/b" not in h.store.data and "wl/a" in h.store.data  # and its record
+    fresh = h.at(7).restarted()  # the order survives a restart: a before c
+    fresh.at(8).controller.cancel("new")
+    fresh.submit("newer")
+    assert set(fresh.controller.workloads) == {"c", "waits", "new", "newer"}
