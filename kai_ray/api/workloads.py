@@ -12,30 +12,33 @@ A worker's resources take Ray's names too: `num_gpus=1, num_cpus=2, memory=...,
 resources={...}` (per worker). Inside the body, `kai_ray.workers()` lists the workers
 admitted now, each with a scheduling strategy for its bundle (kai_ray.api.workers).
 
+A queued workload costs no process and no thread: it waits in this driver's dispatcher
+(kai_ray.api.dispatch), which starts the body once the workload is admitted. Many at once
+go in one call: `train.map(configs)` (ObjectRefs) or `train.submit_many(configs)` (handles).
+
 The body runs as a Ray task that holds no resources of its own, inside the workload's
 placement group with child capture on: the tasks and actors it starts use the reserved
 bundles. Preemption kills that task's process, which takes the actors and tasks it owns
-down with it; the handle then waits for re-admission and runs the body again (resume from
-your checkpoint), or raises WorkloadPreempted when on_preempt="fail".
+down with it; the workload then waits for re-admission and runs the body again (resume
+from your checkpoint), or raises WorkloadPreempted when on_preempt="fail".
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
-import os
-import threading
-from collections.abc import Callable, Mapping
-from concurrent.futures import Future
+from collections.abc import Callable, Iterable
 from typing import Any, Generic, ParamSpec, TypeVar
 
 import ray
 from ray.util.placement_group import PlacementGroup
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from kai_ray.api.body import WorkloadCancelled, WorkloadFailed, WorkloadPreempted, raise_if_over
 from kai_ray.api.client import Scheduler, get_scheduler
+from kai_ray.api.dispatch import DISPATCHER_KEY, TIMED_OUT, dispatcher
 from kai_ray.api.notice import group_by_id
 from kai_ray.ray.client import make_spec
-from kai_ray.ray.jobs import ENV_ATTEMPT, ENV_WORKLOAD
 
 __all__ = [
     "Reservation",
@@ -54,25 +57,16 @@ R = TypeVar("R")
 _LIVE = ("Admitting", "Running", "Preempting", "Queued")
 
 
-class WorkloadFailed(RuntimeError):
-    """The workload ended without success; the message says why."""
-
-
-class WorkloadPreempted(WorkloadFailed):
-    """Preempted with on_preempt="fail"."""
-
-
-class WorkloadCancelled(WorkloadFailed):
-    pass
-
-
 class WorkloadHandle:
-    """A submitted workload: where it stands, why it waits, and a way to cancel it."""
+    """A submitted workload: where it stands, why it waits, and a way to cancel it; for a
+    function, its result too (`result`, `done`), kept by this driver's dispatcher for as
+    long as the handle lives."""
 
-    def __init__(self, wid: str, scheduler: Scheduler, future: Future[Any] | None = None):
+    def __init__(self, wid: str, scheduler: Scheduler, dispatcher: Any = None):
         self.id = wid
         self._scheduler = scheduler
-        self._future = future
+        self._dispatcher = dispatcher
+        self._owns = True  # the dispatcher keeps the outcome while this handle lives
 
     def info(self) -> dict[str, Any]:
         return self._scheduler.info(self.id)
@@ -97,75 +91,37 @@ class WorkloadHandle:
         return self._scheduler.wait(self.id, ["Running"], timeout)
 
     def result(self, timeout: float | None = None) -> Any:
-        if self._future is None:
+        """The body's result, waiting for it (TimeoutError after `timeout` seconds); the
+        error that ended the workload (WorkloadCancelled, WorkloadPreempted, the body's
+        own) is raised as itself."""
+        if self._dispatcher is None:
             raise RuntimeError("this handle has no result (a job or a reservation)")
-        return self._future.result(timeout)
+        try:
+            value = ray.get(self._dispatcher.result.remote(self.id, timeout))
+        except ray.exceptions.RayTaskError as exc:
+            if isinstance(exc.cause, WorkloadFailed):
+                raise exc.cause from None
+            raise
+        if isinstance(value, str) and value == TIMED_OUT:
+            raise TimeoutError(f"workload {self.id} has no result after {timeout}s ({self.status()})")
+        return value
 
     def done(self) -> bool:
-        return self._future.done() if self._future else self.status() not in _LIVE
+        if self._dispatcher is None:
+            return self.status() not in _LIVE
+        return bool(ray.get(self._dispatcher.done.remote(self.id)))
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A copy sent elsewhere (to a task) reads the outcome; the original keeps it.
+        return {**self.__dict__, "_owns": False}
+
+    def __del__(self) -> None:
+        if self._dispatcher is not None and self._owns and ray.is_initialized():
+            with contextlib.suppress(Exception):
+                self._dispatcher.forget.remote(self.id)
 
     def __repr__(self) -> str:
         return f"WorkloadHandle({self.id!r})"
-
-
-# max_calls=1: the body's worker process exits when the body returns, so the pid the
-# scheduler may kill on preemption never belongs to a pooled worker running other work.
-@ray.remote(num_cpus=0, max_retries=0, max_calls=1)
-def _run_body(wid: str, attempt: int, handle: Any, fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
-    """The workload's driver inside its group. It first tells the scheduler which process
-    to kill on preemption; a refusal means this attempt was preempted meanwhile."""
-    ctx = ray.get_runtime_context()
-    if not ray.get(handle.register_runner.remote(wid, attempt, ctx.get_node_id(), os.getpid())):
-        raise WorkloadPreempted(f"workload {wid} attempt {attempt} was preempted before it began")
-    os.environ[ENV_WORKLOAD], os.environ[ENV_ATTEMPT] = wid, str(attempt)
-    try:
-        return fn(*args, **kwargs)
-    finally:  # pooled workers run other tasks later
-        os.environ.pop(ENV_WORKLOAD, None)
-        os.environ.pop(ENV_ATTEMPT, None)
-
-
-@ray.remote(num_cpus=0, max_retries=0)
-def _drive_remotely(wid: str, handle: Any, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-    """`.remote()`: the admission loop as a Ray task, so its result is an ObjectRef. The
-    body's arguments are this task's own, so Ray resolves ObjectRefs among them."""
-    return _drive(Scheduler(handle), wid, fn, args, kwargs)
-
-
-def _drive(sched: Scheduler, wid: str, fn: Callable[..., Any], args: Any, kwargs: Any) -> Any:
-    """Admission -> run -> (preempted: again) until the body returns or the workload ends."""
-    while True:
-        info = sched.wait(wid, ["Running"])
-        _raise_if_over(info)
-        pg = group_by_id(info["group_id"])
-        ref = _run_body.options(
-            scheduling_strategy=PlacementGroupSchedulingStrategy(
-                pg, placement_group_capture_child_tasks=True
-            ),
-            name=f"kai-ray:{info['name'] or wid}",
-        ).remote(wid, info["attempt"], sched.handle, fn, args, kwargs)
-        try:
-            result = ray.get(ref)
-        except Exception as exc:
-            after = sched.info(wid)
-            if after["state"] == "Running" and after["attempt"] == info["attempt"]:
-                sched.finish(wid, info["attempt"], False, f"{type(exc).__name__}: {exc}")
-                raise  # the body's own error
-            _raise_if_over(after)
-            continue  # preempted: wait for the next admission, run again
-        sched.finish(wid, info["attempt"], True)
-        return result
-
-
-def _raise_if_over(info: Mapping[str, Any]) -> None:
-    state, reason = info["state"], info["reason"]
-    if state == "Cancelled":
-        raise WorkloadCancelled(f"workload {info['id']} was cancelled: {reason}")
-    if state == "Failed":
-        cls = WorkloadPreempted if reason.startswith("preempted") else WorkloadFailed
-        raise cls(f"workload {info['id']} failed: {reason}")
-    if state == "Succeeded":
-        raise WorkloadFailed(f"workload {info['id']} already finished")
 
 
 class WorkloadFunction(Generic[P, R]):
@@ -173,37 +129,68 @@ class WorkloadFunction(Generic[P, R]):
 
     def __init__(self, fn: Callable[P, R], spec_kwargs: dict[str, Any]) -> None:
         self._fn, self._spec_kwargs = fn, spec_kwargs
+        self._put: tuple[str, ray.ObjectRef] | None = None  # (Ray job, the function put once)
         functools.update_wrapper(self, fn)
 
     def options(self, **overrides: Any) -> WorkloadFunction[P, R]:
         return workload(self._fn, **{**self._spec_kwargs, **overrides})  # type: ignore[no-any-return]
 
-    def _submit(self) -> tuple[Scheduler, str]:
+    def _queue(self, calls: list[tuple[tuple[Any, ...], dict[str, Any]]]) -> tuple[Scheduler, Any, list[str]]:
+        """Queue one workload per call, in one round trip to the scheduler (durable when
+        it answers): the scheduler, this driver's dispatcher, and the workloads' ids."""
         sched = get_scheduler()
-        return sched, sched.submit(make_spec(**{"name": self._fn.__name__, **self._spec_kwargs}))
+        did, disp = dispatcher(sched.handle)
+        spec = make_spec(**{"name": self._fn.__name__, **self._spec_kwargs})
+        spec.metadata[DISPATCHER_KEY] = did
+        wids = [sched.submit(spec)] if len(calls) == 1 else sched.submit_many([spec] * len(calls))
+        return sched, disp, wids
+
+    def _handles(self, calls: list[tuple[tuple[Any, ...], dict[str, Any]]]) -> list[WorkloadHandle]:
+        """Queued, their bodies handed to the dispatcher in one call: nothing waits here,
+        and nothing is in flight while they wait."""
+        sched, disp, wids = self._queue(calls)
+        fn = self._function()
+        disp.enqueue.remote([(wid, fn, a, kw) for wid, (a, kw) in zip(wids, calls, strict=True)])
+        return [WorkloadHandle(wid, sched, disp) for wid in wids]
+
+    def _refs(self, calls: list[tuple[tuple[Any, ...], dict[str, Any]]]) -> list[ray.ObjectRef]:
+        """Queued, each an ObjectRef of the body's result: a call to the dispatcher that
+        answers with it (`ray.cancel` of the ref cancels the workload)."""
+        _, disp, wids = self._queue(calls)
+        fn = self._function()
+        return [
+            disp.result.remote(wid, None, (wid, fn, a, kw), True)
+            for wid, (a, kw) in zip(wids, calls, strict=True)
+        ]
+
+    def _function(self) -> list[ray.ObjectRef]:
+        """The body's function, put in Ray's object store once per Ray job: each workload
+        carries only its ref (in a list, so that Ray hands the ref on rather than the
+        function), and only the body's process unpickles it."""
+        job = ray.get_runtime_context().get_job_id()
+        if self._put is None or self._put[0] != job:
+            self._put = (job, ray.put(self._fn))
+        return [self._put[1]]
 
     def submit(self, *args: P.args, **kwargs: P.kwargs) -> WorkloadHandle:
         """Queue the workload; a handle to follow it (status, position, reason, result)."""
-        sched, wid = self._submit()
-        future: Future[Any] = Future()
-
-        def run() -> None:
-            try:
-                future.set_result(_drive(sched, wid, self._fn, args, kwargs))
-            except BaseException as exc:
-                future.set_exception(exc)
-
-        threading.Thread(target=run, name=f"kai-ray-{wid}", daemon=True).start()
-        return WorkloadHandle(wid, sched, future)
+        return self._handles([(args, kwargs)])[0]
 
     def remote(self, *args: P.args, **kwargs: P.kwargs) -> ray.ObjectRef:
         """Queue the workload; an ObjectRef of the body's result (`ray.get` it), as a
         `@ray.remote` function gives. Refusals (SubmitError) are raised here, at once."""
-        sched, wid = self._submit()
-        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
-        return _drive_remotely.options(  # type: ignore[no-any-return]
-            scheduling_strategy=here, name=f"kai-ray-admission:{wid}"
-        ).remote(wid, sched.handle, self._fn, *args, **kwargs)
+        return self._refs([(args, kwargs)])[0]
+
+    def submit_many(self, *iterables: Iterable[Any]) -> list[WorkloadHandle]:
+        """One workload per item, as `map` calls a function (one argument from each
+        iterable), queued in one call: a handle each."""
+        calls = [(tuple(args), {}) for args in zip(*iterables, strict=True)]
+        return self._handles(calls) if calls else []
+
+    def map(self, *iterables: Iterable[Any]) -> list[ray.ObjectRef]:
+        """`submit_many`, with an ObjectRef of each body's result, as `.remote()` gives."""
+        calls = [(tuple(args), {}) for args in zip(*iterables, strict=True)]
+        return self._refs(calls) if calls else []
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.submit(*args, **kwargs).result()  # type: ignore[no-any-return]
@@ -245,7 +232,7 @@ class Reservation:
         info = sched.wait(wid, ["Running"], self._timeout)
         if info["state"] != "Running":
             sched.cancel(wid)
-            _raise_if_over(info)
+            raise_if_over(info)
             raise TimeoutError(
                 f"workload {wid} not admitted within {self._timeout}s: "
                 f"{info['reason']} (position {info['position']})"

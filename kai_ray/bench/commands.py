@@ -44,8 +44,19 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
         _runs(p, default_actions="all")
         p.set_defaults(func=_run_eviction, mode=mode)
 
-    ray_bench = kinds.add_parser("ray", help="admission latency through a real local Ray cluster")
+    ray_bench = kinds.add_parser(
+        "ray", help="admission latency, deep queues and backlogs through a real local Ray cluster"
+    )
     ray_bench.add_argument("--json", action="store_true")
+    ray_bench.add_argument(
+        "--only",
+        default="latency,throughput,preemption,queued,backlog",
+        help="comma list of the measures to take (default: all of them)",
+    )
+    ray_bench.add_argument(
+        "--queued", type=int, default=10_000, help="workloads queued behind the full cluster, per way"
+    )
+    ray_bench.add_argument("--backlog", type=int, default=2000, help="one-GPU workloads of the backlog")
     ray_bench.set_defaults(func=_run_ray)
 
     k8s = kinds.add_parser(
@@ -135,5 +146,6 @@ def _run_eviction(args: argparse.Namespace) -> int:
 def _run_ray(args: argparse.Namespace) -> int:
     from kai_ray.ray.bench import bench_ray  # needs Ray; imported only here
 
-    bench_ray(json_out=args.json)  # prints its own figures (text or JSON)
+    measures = tuple(m for m in args.only.split(",") if m)
+    bench_ray(json_out=args.json, measures=measures, queued_deep=args.queued, backlog=args.backlog)
     return 0

@@ -2,13 +2,16 @@
 that runs the controller, and the client the user API and the CLI talk to.
 
     adapters       RayCluster, RayActuator, KVStore: the ports on placement groups,
-                   Ray Jobs, process kills and the GCS key-value store
+                   Ray Jobs, stops through the drivers' dispatchers and the GCS
+                   key-value store
     translate      Ray nodes -> the core's NodeInfo; requests -> Ray bundles
     jobs           Ray Jobs submitted when admitted; runtime environments checked and
                    uploaded where they are submitted
     actor          the detached, named, restartable actor around the Controller
+    feed           what the scheduler tells each driver's dispatcher (admitted, ended)
+    env            the environment variables a workload's code reads
     client         a thin client of the actor, specs and workload ids
-    metrics, gpus, bench   Prometheus metrics, NVML discovery, `kai-ray bench ray`
+    metrics, gpus, bench, benchqueue   Prometheus metrics, NVML discovery, `kai-ray bench ray`
 
 Nothing is imported here: importing one module does not pull in the others.
 """

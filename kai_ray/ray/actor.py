@@ -26,9 +26,10 @@ from kai_ray.control import (
     QueueChangeError,
     State,
     SubmitError,
+    Workload,
+    WorkloadChanged,
     WorkloadSpec,
 )
-from kai_ray.control.demand import autoscaler_bundles
 from kai_ray.control.nodes import node_usage
 from kai_ray.control.queues import queue_from_json
 from kai_ray.control.snapshot import held_by_workloads
@@ -37,55 +38,32 @@ from kai_ray.control.views import queue_views, worker_signature
 from kai_ray.core import Pipeline, QueueInfo, SchedulerConfig
 from kai_ray.ray.adapters import RayActuator, RayCluster
 from kai_ray.ray.dashboard import RayDashboard
+from kai_ray.ray.feed import DISPATCHER_KEY, NAMESPACE, AdmissionFeed
 from kai_ray.ray.kvstore import KVStore
-from kai_ray.ray.translate import NODE_ID_LABEL, autoscaler_request, short_node_ids
+from kai_ray.ray.translate import NODE_ID_LABEL, short_node_ids
+from kai_ray.ray.upkeep import Upkeep
 
 __all__ = ["NAMESPACE", "SCHEDULER_NAME", "SchedulerActor", "get_or_start_scheduler"]
 
 log = logging.getLogger(__name__)
 
 SCHEDULER_NAME = "kai-ray-scheduler"
-NAMESPACE = "kai-ray"
 PERIOD_S = 0.5
+PACE = 2.0  # after a step of d seconds, d * PACE for calls before the next step
 NODE_REFRESH_S = 1.0
 NODE_STALE_S = 5.0
 REUSE_DELAY_S = 0.2
+RELEASE_GAP_S = 0.1  # a step waits this long after a group was removed (measured: 50 ms)
 EAGER_READY = 8  # groups of one step whose readiness is asked for as they are created
 REAP_S = 5.0  # how often drivers that exited, and groups nobody holds, are looked for
-AUTOSCALER_CHECK_S = 5.0  # how often to look whether an autoscaler appeared
 PIN_S = 300.0  # how often uploaded job packages of waiting jobs are pinned again
-PIN_FOR_S = 1800  # ... and for how long each time (Ray drops unpinned ones after 10 min)
 # Without a queue file: one queue that may use the whole cluster.
 DEFAULT_QUEUE = QueueInfo("default", quota=(-1.0, -1.0, -1.0))
 
 
-def _autoscaler_runs() -> bool:
-    """Whether an autoscaler manages this Ray cluster (KAI_RAY_AUTOSCALING=1 or 0 says so
-    outright). Ray's monitor runs on every head and publishes its status in the GCS; on
-    a cluster without an autoscaling config it runs read-only, naming each node's type
-    after the node itself (`node_<id>`), while a real config names its node types."""
-    import json
-    import os
-
-    forced = os.environ.get("KAI_RAY_AUTOSCALING")
-    if forced is not None:
-        return forced == "1"
-    from ray.experimental import internal_kv
-
-    try:
-        raw = internal_kv._internal_kv_get("__autoscaling_status")
-        report = (json.loads(raw).get("autoscaler_report") or {}) if raw else {}
-    except Exception:
-        return False
-    types = report.get("node_type_mapping") or {}
-    return any(kind != f"node_{node}" for node, kind in types.items())
-
-
-@ray.remote(num_cpus=0, max_retries=0)
-def _probe_gpus() -> list[dict[str, Any]]:
-    from kai_ray.ray.gpus import local_gpus
-
-    return local_gpus()
+# Calls made once or more per workload: kept out of Ray's task events (its state API and
+# dashboard), which would otherwise hold a record of each in the GCS.
+_quiet = ray.method(enable_task_events=False)
 
 
 class _Clock:
@@ -123,21 +101,20 @@ class SchedulerActor:
             self.cluster, actuator, store, _Clock(), infos, cfg, node_label=NODE_ID_LABEL, pause_gc=True
         )
         self._waiters: dict[str, list[asyncio.Event]] = {}
+        self.feed = AdmissionFeed()  # what each driver's dispatcher hears
         self._metrics: Any = None
         self.dashboard = RayDashboard(self.engine)
         self._dashboard_started: asyncio.Task[str] | None = None
         self._notify(self.engine.load())  # after a restart: state back, reconciled with Ray
         self.period_s = period_s
+        self._step_ended = self._step_cost = 0.0
         self._wake: asyncio.Event | None = None
         self._nodes_at = 0.0
         self._started_at = time.time()
-        self._probed: set[str] = set()
+        self.upkeep = Upkeep(self.engine, self.cluster)
         self._reaped_at = 0.0
         self._pinned_at = 0.0
         self._created_in_step = 0
-        self._asked: list[dict[str, float]] = []  # what Ray's autoscaler was last asked for
-        self.engine.cluster_grows = _autoscaler_runs()
-        self._autoscaler_checked = time.time()
         # The event loop is not running yet inside __init__: start the loop by a call.
         ray.get_runtime_context().current_actor.start.remote()
 
@@ -163,11 +140,25 @@ class SchedulerActor:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=timeout)
             kicked = self._wake.is_set()
+            # Calls (submissions, reads) are served between steps: after a step that took
+            # d seconds, the next waits until PACE * d has passed, so that a deep queue's
+            # costly cycles never take more than 1 / (1 + PACE) of the actor's time. A
+            # step after a quiet spell starts at once.
+            rest = self._step_ended + PACE * self._step_cost - time.monotonic()
+            # Ray places a group on capacity removed less than ~50 ms ago only after a
+            # retry back-off of up to a second: a step right after a release waits a
+            # moment, so the room a finished workload left goes to the next at once.
+            rest = max(rest, self.actuator.released_at + RELEASE_GAP_S - time.monotonic())
+            if rest > 0:
+                await asyncio.sleep(rest)
             self._wake.clear()
+            began = time.monotonic()
             try:
                 self._step(kicked)
             except Exception:  # one bad cycle must not stop the scheduler
                 log.exception("scheduling cycle failed")
+            self._step_ended = time.monotonic()
+            self._step_cost = self._step_ended - began
             await asyncio.sleep(0)
 
     def _step(self, kicked: bool = False) -> None:
@@ -182,11 +173,12 @@ class SchedulerActor:
         result = step.result
         self._notify(step.events)
         if refresh:
-            self._probe_new_nodes()
-            self._ask_autoscaler()
+            self.upkeep.probe_new_nodes(self._refresh_soon)
+            self.upkeep.ask_autoscaler()
         if now - self._reaped_at > REAP_S:
             self._reaped_at = now
-            self._reap()
+            self._notify(self.upkeep.reap())
+            self.feed.forget_idle(now)
             self.engine.sweep_orphans()
             # Journaled records move to their own keys while nothing is being admitted
             # (the writes would otherwise compete with placement groups at the GCS).
@@ -195,7 +187,7 @@ class SchedulerActor:
                 self.store.compact()
         if now - self._pinned_at > PIN_S:
             self._pinned_at = now
-            self._pin_packages()
+            self.upkeep.pin_packages()
         if any(isinstance(d, Pipeline) for d in result.decisions):
             # Placed on capacity being released: try again once Ray has it back (Ray
             # re-uses capacity freed a moment ago only after a ~1 s retry back-off).
@@ -205,80 +197,8 @@ class SchedulerActor:
             self._metrics.cycle_time(time.time() - now)
         self.dashboard.feed.cycled(now, self.engine.queue_status, bool(step.events))
 
-    def _ask_autoscaler(self) -> None:
-        """Tell Ray's autoscaler about gangs that wait for room, and only those: work
-        held back by its queue must never make the cluster grow (kai_ray.control.demand)."""
-        if not self.engine.cluster_grows:
-            # The autoscaler may publish its first status after the scheduler started.
-            if time.time() - self._autoscaler_checked < AUTOSCALER_CHECK_S:
-                return
-            self._autoscaler_checked = time.time()
-            self.engine.cluster_grows = _autoscaler_runs()
-            if not self.engine.cluster_grows:
-                return
-        bundles = autoscaler_request(autoscaler_bundles(self.engine.workloads.values()))
-        if bundles == self._asked:
-            return
-        from ray.autoscaler.sdk import request_resources
-
-        try:
-            request_resources(bundles=bundles)
-            self._asked = bundles
-        except Exception:  # an autoscaler that went away: nothing to ask
-            log.warning("asking Ray's autoscaler for %d bundles failed", len(bundles), exc_info=True)
-
-    def _probe_new_nodes(self) -> None:
-        """NVML on each new GPU node, once: model and memory per device."""
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        from kai_ray.ray.gpus import summarize
-
-        for node in self.engine.nodes.values():
-            if node.gpus == 0 or node.name in self._probed:
-                continue
-            self._probed.add(node.name)
-            ref = _probe_gpus.options(
-                scheduling_strategy=NodeAffinitySchedulingStrategy(node.name, soft=False)
-            ).remote()
-
-            async def record(ref: Any = ref, node_id: str = node.name) -> None:
-                try:
-                    found = summarize(await asyncio.wait_for(ref, timeout=60))
-                except Exception as exc:  # a node that went away, a broken driver
-                    log.warning("GPU discovery on %s failed: %s", node_id[:12], exc)
-                    return
-                if found:
-                    self.cluster.gpu_devices[node_id] = found
-                    self._nodes_at = 0.0  # rebuild node info with it on the next step
-
-            asyncio.get_running_loop().create_task(record())
-
-    def _reap(self) -> None:
-        """Workloads of drivers that exited are cancelled (see Controller.reap_orphans)."""
-        from ray._private.state import state
-
-        try:
-            dead = {j["JobID"] for j in state.job_table() if j.get("IsDead")}
-        except Exception as exc:  # the GCS is busy or restarting: try again later
-            log.debug("job table: %s", exc)
-            return
-        self._notify(self.engine.reap_orphans(dead))
-
-    def _pin_packages(self) -> None:
-        """Keep the working_dir / py_modules a job uploaded at submission in Ray's GCS
-        until the job is admitted: Ray garbage-collects an unreferenced package after 10
-        minutes, and a job may wait in its queue far longer."""
-        from ray.experimental.internal_kv import _pin_runtime_env_uri
-
-        from kai_ray.ray.jobs import package_uris
-
-        for w in self.engine.workloads.values():
-            if w.spec.kind == "job" and not w.terminal:
-                for uri in package_uris(w.spec.runtime_env):
-                    try:
-                        _pin_runtime_env_uri(uri, expiration_s=PIN_FOR_S)
-                    except Exception as exc:
-                        log.warning("pinning %s for %s: %s", uri, w.id, exc)
+    def _refresh_soon(self) -> None:
+        self._nodes_at = 0.0  # rebuild node info on the next step (a GPU probe came back)
 
     def _kick(self) -> None:
         if self._wake is not None:
@@ -306,33 +226,57 @@ class SchedulerActor:
         asyncio.get_running_loop().create_task(wait())
 
     def _notify(self, events: list[ControlEvent]) -> None:
-        """Wake whoever waits on a workload an event names; count them in the metrics."""
+        """Wake whoever waits on a workload an event names (a caller of `wait`, its
+        driver's dispatcher); count them in the metrics."""
         for event in events:
             for ev in self._waiters.pop(event.workload, []):
                 ev.set()
+            w = self.engine.workloads.get(event.workload)
+            if w is not None:
+                self._dispatched(w)
         if self._metrics is not None:
             self._metrics.count(events)
         if events:
             self.dashboard.feed.touch()
 
+    def _dispatched(self, w: Workload) -> None:
+        """A workload whose body a driver's dispatcher runs: tell the dispatcher it was
+        admitted or ended; once admitted, the dispatcher is the runner a preemption or a
+        cancel stops (registered here, in the same pass: no round trip before its body)."""
+        did = w.spec.metadata.get(DISPATCHER_KEY)
+        if did is None:
+            return
+        if w.state is State.RUNNING and w.runner is None:
+            self.engine.register_runner(
+                w.id, w.attempt, {"dispatcher": did, "workload": w.id, "attempt": w.attempt}
+            )
+        self.feed.note(w)
+
     # ------------------------------------------------------------ workloads
 
+    @_quiet
     async def submit(self, wid: str, spec: dict[str, Any], persist: bool = True) -> dict[str, Any]:
+        """Queue one workload: {"id"}, or {"id", "submit_error"} when refused."""
         try:
             self.engine.submit(wid, WorkloadSpec(**spec))
         except SubmitError as exc:
-            return {"submit_error": str(exc)}
+            return {"id": wid, "submit_error": str(exc)}
         if persist:
             self.engine.flush()  # persisted before the caller hears back
         self._kick()
-        return self._info(wid)
+        return {"id": wid}
 
+    @_quiet
     async def submit_many(self, items: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
         """Queue several at once: the next cycle sees them all (no first-come advantage)."""
         out = []
+        specs: dict[int, WorkloadSpec] = {}  # one spec object for the copies of one spec
         for wid, spec in items:
             try:
-                self.engine.submit(wid, WorkloadSpec(**spec))
+                made = specs.get(id(spec))
+                if made is None:
+                    made = specs[id(spec)] = WorkloadSpec(**spec)
+                self.engine.submit(wid, made)
                 out.append({"id": wid})
             except SubmitError as exc:
                 out.append({"id": wid, "submit_error": str(exc)})
@@ -340,21 +284,35 @@ class SchedulerActor:
         self._kick()
         return out
 
+    @_quiet
     async def admit(self, wid: str, spec: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
         """submit + wait for Running in one round trip (the lowest admission latency)."""
         # No write here: the caller hears back only once it runs, and the write-ahead
         # before its group is created persists it; a crash before that retries this call.
-        info = await self.submit(wid, spec, persist=False)
-        if "submit_error" in info:
-            return info
+        answer = await self.submit(wid, spec, persist=False)
+        if "submit_error" in answer:
+            return answer
         return await self.wait(wid, [State.RUNNING.value], timeout)
 
+    @_quiet
+    async def admissions(self, dispatcher: str, timeout: float) -> dict[str, Any]:
+        """A dispatcher's long poll: its workloads admitted or ended since it last asked
+        (kai_ray.ray.feed)."""
+        return await self.feed.poll(dispatcher, timeout, self.engine.workloads.get)
+
+    @_quiet
+    async def reports(self, ids: list[str]) -> list[dict[str, Any]]:
+        """The named workloads as a dispatcher sees them (after a restart of this actor)."""
+        return self.feed.reports(ids, self.engine.workloads.get)
+
+    @_quiet
     async def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for w in self.engine.workloads.values():
             out[w.state.value] = out.get(w.state.value, 0) + 1
         return out
 
+    @_quiet
     async def wait(self, wid: str, states: list[str], timeout: float | None = None) -> dict[str, Any]:
         """Return once the workload is in one of `states` (or finished), or at the timeout."""
         wanted = {State(s) for s in states} | TERMINAL
@@ -371,9 +329,11 @@ class SchedulerActor:
                 break
         return self._info(wid)
 
+    @_quiet
     async def info(self, wid: str) -> dict[str, Any]:
         return self._info(wid)
 
+    @_quiet
     async def wait_workers(self, wid: str, seen: list[Any], timeout: float | None = None) -> dict[str, Any]:
         """Return once the workload's usable workers differ from `seen` (a
         worker_signature), or at the timeout (0: at once)."""
@@ -396,19 +356,37 @@ class SchedulerActor:
             if include_finished or not w.terminal
         ]
 
+    @_quiet
     async def cancel(self, wid: str) -> dict[str, Any]:
         self._notify(self.engine.cancel(wid))
         self._kick()
         return self._info(wid)
 
+    @_quiet
+    async def cancel_many(self, ids: list[str]) -> int:
+        """Cancel the named workloads in one call; how many were cancelled."""
+        events = self.engine.cancel_many(ids)
+        self._notify(events)
+        self._kick()
+        return sum(1 for e in events if isinstance(e, WorkloadChanged) and e.new == State.CANCELLED.value)
+
+    async def cancel_dispatched(self, dispatcher: str, reason: str) -> list[str]:
+        """A dispatcher restarted and lost what it held: cancel its workloads that have
+        not ended; every workload it ran, so that it can say so when asked."""
+        ids = [
+            w.id for w in self.engine.workloads.values() if w.spec.metadata.get(DISPATCHER_KEY) == dispatcher
+        ]
+        self._notify(self.engine.cancel_many(ids, reason))
+        self._kick()
+        return ids
+
+    @_quiet
     async def finish(self, wid: str, attempt: int, ok: bool, error: str = "") -> dict[str, Any]:
         self._notify(self.engine.finish(wid, attempt, ok, error))
         self._kick()
         return self._info(wid)
 
-    async def register_runner(self, wid: str, attempt: int, node: str, pid: int) -> bool:
-        return self.engine.register_runner(wid, attempt, node, pid)
-
+    @_quiet
     async def placement(self, wid: str) -> dict[str, Any]:
         """The groups a running workload holds (gang first, then elastic surplus)."""
         info = self._info(wid)

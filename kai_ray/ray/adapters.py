@@ -10,8 +10,7 @@ KVStore       Store: records in Ray's GCS key-value store, with revisions
 from __future__ import annotations
 
 import logging
-import os
-import signal
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -23,10 +22,10 @@ from ray.util.placement_group import (
     placement_group_table,
     remove_placement_group,
 )
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from kai_ray.control import GROUP_PREFIX, WorkerPlacement
 from kai_ray.core import NodeInfo
+from kai_ray.ray.feed import NAMESPACE, dispatcher_name
 from kai_ray.ray.jobs import RayJobRunner
 from kai_ray.ray.kvstore import KVStore, notice_key
 from kai_ray.ray.translate import NODE_ID_LABEL, RAY_NAMES, bundle_for, node_info
@@ -85,21 +84,6 @@ def _outside(
 # ---------------------------------------------------------------- the actuator
 
 
-@ray.remote(num_cpus=0, max_retries=0)
-def _kill_pid(pid: int) -> bool:
-    """Runs on the workload's node. Checks the pid is still a Ray worker before killing
-    it, so a recycled pid belonging to something else is left alone."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            cmdline = f.read()
-        if b"ray::" not in cmdline and b"default_worker" not in cmdline:
-            return False
-        os.kill(pid, signal.SIGKILL)
-        return True
-    except (ProcessLookupError, FileNotFoundError, PermissionError):
-        return False
-
-
 class RayActuator:
     """Reservations are placement groups whose bundle i is pinned to worker i's node
     (`bundle_label_selector` on the node id); runs are Ray jobs; notices are GCS keys."""
@@ -109,6 +93,8 @@ class RayActuator:
         self.jobs = jobs or RayJobRunner()
         self._groups: dict[str, PlacementGroup] = {}
         self._ready_refs: dict[str, Any] = {}  # groups created here and not yet ready
+        self._dispatchers: dict[str, Any] = {}  # dispatcher id -> its actor handle
+        self.released_at = 0.0  # when a group was last removed (time.monotonic)
 
     def reserve(self, group: str, workers: Sequence[WorkerPlacement]) -> str:
         bundles = [bundle_for(w.request, self.cluster.last[w.node]) for w in workers]
@@ -154,6 +140,7 @@ class RayActuator:
             return
         try:
             remove_placement_group(pg)
+            self.released_at = time.monotonic()
         except Exception as exc:  # already gone: nothing to release
             log.debug("remove %s: %s", group, exc)
 
@@ -174,11 +161,25 @@ class RayActuator:
         return self.jobs.outcome(run_id)
 
     def stop(self, runner: Mapping[str, Any] | None, run_id: str) -> None:
-        if runner:  # fire and forget: never block on a node that may be going away
-            strategy = NodeAffinitySchedulingStrategy(runner["node"], soft=False)
-            _kill_pid.options(scheduling_strategy=strategy).remote(int(runner["pid"]))
+        if runner:  # the dispatcher that started the body kills it (through Ray)
+            dispatcher = self._dispatcher(runner["dispatcher"])
+            if dispatcher is not None:  # fire and forget: it may be going away
+                dispatcher.stop.remote(runner["workload"], runner["attempt"])
         if run_id:
             self.jobs.stop(run_id)
+
+    def _dispatcher(self, did: str) -> Any:
+        """A driver's dispatcher by its id (None: gone, and the bodies it ran with it)."""
+        handle = self._dispatchers.get(did)
+        if handle is None:
+            try:
+                handle = ray.get_actor(dispatcher_name(did), namespace=NAMESPACE)
+            except ValueError:
+                return None
+            if len(self._dispatchers) > 1024:  # drivers come and go
+                self._dispatchers.clear()
+            self._dispatchers[did] = handle
+        return handle
 
     def notify(self, workload_id: str, notice: Mapping[str, Any] | None) -> None:
         self.store.overwrite(notice_key(workload_id), None if notice is None else dict(notice))

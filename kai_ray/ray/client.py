@@ -75,11 +75,15 @@ class Scheduler:
         return wid
 
     def submit_many(self, specs: Sequence[WorkloadSpec]) -> list[str]:
-        """Submit together, in one call: one cycle sees them all. Raises on the first
-        refused spec (the others are queued)."""
-        items = [
-            (new_workload_id(s.name), dataclasses.asdict(_stamp_owner(_upload_job_files(s)))) for s in specs
-        ]
+        """Submit together, in one call: one cycle sees them all, and the ids come back
+        once all are durable. Raises on the first refused spec (the others are queued).
+        A spec given many times (one object) is prepared and sent once."""
+        prepared: dict[int, dict[str, Any]] = {}
+        items = []
+        for s in specs:
+            if id(s) not in prepared:
+                prepared[id(s)] = dataclasses.asdict(_stamp_owner(_upload_job_files(s)))
+            items.append((new_workload_id(s.name), prepared[id(s)]))
         answers = self._call("submit_many", items)
         for a in answers:
             if "submit_error" in a:
@@ -97,6 +101,10 @@ class Scheduler:
 
     def cancel(self, wid: str) -> dict[str, Any]:
         return self._call("cancel", wid)  # type: ignore[no-any-return]
+
+    def cancel_many(self, ids: Sequence[str]) -> int:
+        """Cancel several workloads in one call (one write); how many were cancelled."""
+        return self._call("cancel_many", list(ids))  # type: ignore[no-any-return]
 
     def finish(self, wid: str, attempt: int, ok: bool, error: str = "") -> dict[str, Any]:
         return self._call("finish", wid, attempt, ok, error)  # type: ignore[no-any-return]

@@ -17,6 +17,7 @@ from typing import Any
 import ray
 
 from kai_ray.control import ActionFailed, Workload, task_index
+from kai_ray.ray.env import ENV_ATTEMPT, ENV_GROUP, ENV_PLACEMENT, ENV_WORKLOAD
 
 __all__ = [
     "ENV_ATTEMPT",
@@ -30,10 +31,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-ENV_WORKLOAD = "KAI_RAY_WORKLOAD"
-ENV_GROUP = "KAI_RAY_PLACEMENT_GROUP_ID"
-ENV_ATTEMPT = "KAI_RAY_ATTEMPT"
-ENV_PLACEMENT = "KAI_RAY_PLACEMENT"
 
 
 class RayJobRunner:

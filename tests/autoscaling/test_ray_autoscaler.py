@@ -98,10 +98,10 @@ def autoscaling() -> Iterator[None]:
 def _wait_for_autoscaler(timeout: float = 60.0) -> None:
     """Until Ray's monitor has published the autoscaler's first status (kai-ray reads it
     to know that the cluster can grow)."""
-    from kai_ray.ray.actor import _autoscaler_runs
+    from kai_ray.ray.upkeep import autoscaler_runs
 
     deadline = time.time() + timeout
-    while not _autoscaler_runs():
+    while not autoscaler_runs():
         assert time.time() < deadline, "Ray's autoscaler published no status"
         time.sleep(0.5)
 

@@ -61,3 +61,16 @@ def test_a_jobs_runtime_env_is_checked_where_it_is_submitted(env: dict[str, Any]
 
     with pytest.raises(ValueError, match=re.escape(message)):
         upload_runtime_env(env)
+
+
+def test_a_tune_trial_with_bundles_of_different_sizes_is_refused_with_the_fix() -> None:
+    from ray.air.execution.resources.request import ResourceRequest
+
+    from kai_ray.api.tune import QueuedTrials
+
+    trials = QueuedTrials(scheduler=None, queue="a")  # type: ignore[arg-type]
+    same = trials._spec(ResourceRequest([{"GPU": 1, "CPU": 2}] * 3, strategy="SPREAD"))
+    assert (same.workers, same.resources_per_worker, same.strategy) == (3, {"GPU": 1, "CPU": 2}, "SPREAD")
+    assert same.kind == "block" and same.on_preempt == "fail"  # Tune pauses, kai-ray never re-runs
+    with pytest.raises(ValueError, match=r"bundles of different sizes .* give every bundle the same"):
+        trials._spec(ResourceRequest([{"CPU": 1}, {"GPU": 1, "CPU": 1}]))

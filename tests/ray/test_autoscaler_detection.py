@@ -11,7 +11,7 @@ pytest.importorskip("ray")
 
 from ray.experimental import internal_kv
 
-from kai_ray.ray.actor import _autoscaler_runs
+from kai_ray.ray.upkeep import autoscaler_runs
 
 
 @pytest.mark.parametrize(
@@ -42,4 +42,4 @@ def test_autoscaler_detection(
         monkeypatch.delenv("KAI_RAY_AUTOSCALING", raising=False)
     else:
         monkeypatch.setenv("KAI_RAY_AUTOSCALING", env)
-    assert _autoscaler_runs() is runs
+    assert autoscaler_runs() is runs

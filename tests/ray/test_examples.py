@@ -100,3 +100,32 @@ def test_ray_train_job_is_preempted_by_ray_serve_and_resumes(
     assert info["preemptions"] == 1 and info["attempt"] == 2
     logs = jobs.get_job_logs(f"{train}-2")
     assert "resuming at step" in logs and "'step': 150" in logs
+
+
+def test_the_tune_example_runs_its_trials_under_the_queue_limit(
+    start_scheduler: Any, ray_cluster: Any
+) -> None:
+    """examples/tune: 6 trials of one GPU under a queue limit of 4 GPUs, from a driver of
+    its own; never more than 4 trials run at once, and every trial is a workload."""
+    import subprocess
+
+    sched = start_scheduler()
+    script = EXAMPLES / "tune" / "sweep.py"
+    out = subprocess.run(
+        [sys.executable, str(script), "--address", ray_cluster.address, "--samples", "6", "--steps", "15"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "[sweep] 6 trials, 0 failed" in out.stdout
+    trials = [sched.info(w["id"]) for w in sched.list() if w["name"] == "tune-trial"]
+    assert len(trials) == 6 and {t["queue"] for t in trials} == {"sweeps"}
+    events = sorted(
+        (h[0], +1 if h[2] == "Running" else -1)
+        for t in trials
+        for h in t["history"]
+        if "Running" in (h[1], h[2])
+    )
+    running = [sum(d for _, d in events[: i + 1]) for i in range(len(events))]
+    assert max(running) <= 4, running

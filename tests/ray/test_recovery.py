@@ -110,3 +110,35 @@ def test_kill_during_burst_loses_nothing_and_admits_nothing_twice(start_schedule
     assert len([v for k, v in ray.get(gate.entries.remote()) if k == "ran"]) == 1
     assert [h[2] for h in h_body.info()["history"]].count("Running") == 1
     assert live_groups() == {}
+
+
+def test_a_thousand_batched_submissions_across_kills_lose_nothing(start_scheduler: Any) -> None:
+    """Batches are durable before their ids return: submissions in flight when the
+    scheduler is killed (twice) are retried by Ray against the restarted one, and every
+    id a batch returned is there afterwards, once."""
+    sched = start_scheduler([{"name": "a", "resources": {"gpu": {"quota": -1}}}])
+    spec = make_spec("a", kind="block", resources_per_worker={"GPU": 1, "CPU": 0.1})
+    ids: list[str] = []
+
+    def batches() -> None:
+        for _ in range(20):
+            ids.extend(sched.submit_many([spec] * 50))
+
+    thread = threading.Thread(target=batches)
+    thread.start()
+    at_kills = []
+    for kill in range(2):
+        old = scheduler_pid()
+        assert old is not None
+        wait_until(lambda kill=kill: len(ids) >= 300 * (kill + 1), timeout=90, what="batches under way")
+        os.kill(old, signal.SIGKILL)
+        at_kills.append(len(ids))
+        wait_until(lambda old=old: scheduler_pid() not in (None, old), timeout=60, what="restarted")
+    thread.join(timeout=120)
+    assert at_kills[-1] < 1000  # both kills fell inside the submissions
+    assert not thread.is_alive() and len(ids) == 1000 and len(set(ids)) == 1000
+    known = {w["id"]: w["state"] for w in sched.list()}
+    assert set(ids) <= known.keys()  # nothing lost
+    assert sorted(set(known.values())) == ["Queued", "Running"]
+    assert sum(1 for s in known.values() if s == "Running") == 12  # the cluster's GPUs, once each
+    assert len(live_groups()) == 12
