@@ -97,7 +97,49 @@ def bench_queued(queues: list[dict[str, Any]], n: int) -> dict[str, Any]:
             out[way] = _queued_one_way(sched, n, way)
     with local_cluster(queues):
         out["ray_calls_in_flight"] = _calls_in_flight(n)
+    with local_cluster(queues):
+        out["ray_alone_tasks_waiting"] = _ray_tasks_waiting(n)
     return out
+
+
+def _ray_tasks_waiting(n: int) -> dict[str, Any]:
+    """N one-GPU tasks of Ray alone waiting behind tasks that hold every GPU: what plain
+    Ray's own queue costs, the baseline a queue of kai-ray's is compared with."""
+    import ray
+
+    gpus_per_node = [node["Resources"].get("GPU", 0) for node in ray.nodes() if node["Alive"]]
+    hold = _hold_class()
+    holders = [hold.options(num_gpus=g).remote() for g in gpus_per_node if g]
+    ray.get([h.ready.remote() for h in holders])
+    waiting = ray.remote(num_gpus=1, num_cpus=0)(_noop)
+    time.sleep(SETTLE_S)
+    before = ray_processes()
+    t0 = time.perf_counter()
+    refs = [waiting.remote(i) for i in range(n)]
+    elapsed = time.perf_counter() - t0
+    time.sleep(SETTLE_S)
+    after = ray_processes()
+    for ref in refs:
+        ray.cancel(ref)
+    for h in holders:
+        ray.kill(h)
+    return {
+        "tasks": n,
+        "submissions_per_s": round(n / elapsed, 1),
+        **_added(before, after),
+        "kb_per_task": round((after["resident_mb"] - before["resident_mb"]) * 1024 / n, 1),
+    }
+
+
+def _hold_class() -> Any:
+    import ray
+
+    @ray.remote(num_cpus=0)
+    class Hold:
+        def ready(self) -> bool:
+            return True
+
+    return Hold
 
 
 def _calls_in_flight(n: int) -> dict[str, Any]:
@@ -111,6 +153,7 @@ def _calls_in_flight(n: int) -> dict[str, Any]:
         def __init__(self) -> None:
             self.go: asyncio.Event | None = None
 
+        @ray.method(enable_task_events=False)  # as the dispatcher's calls
         async def wait(self) -> None:
             self.go = self.go or asyncio.Event()
             await self.go.wait()
