@@ -22,6 +22,7 @@ __all__ = [
     "UnknownPriorityClassError",
     "load_priority_classes",
     "parse_priority_classes",
+    "preemptible_at",
 ]
 
 # KAI's rule when a class or job does not say: values below 100 are preemptible.
@@ -57,7 +58,7 @@ class PriorityClasses:
     def __init__(self, overrides: Mapping[str, PriorityClassSpec] | None = None) -> None:
         classes = dict(DEFAULT_PRIORITY_CLASSES)
         for name, spec in (overrides or {}).items():
-            classes[name] = ResolvedPriority(spec.value, _preemptible(spec.value, spec.preemptible))
+            classes[name] = ResolvedPriority(spec.value, preemptible_at(spec.value, spec.preemptible))
         self._classes = classes
 
     @property
@@ -79,13 +80,13 @@ class PriorityClasses:
         if isinstance(priority, bool):
             raise UnknownPriorityClassError(self._unknown(str(priority)))
         if isinstance(priority, int):
-            return ResolvedPriority(priority, _preemptible(priority, preemptible))
+            return ResolvedPriority(priority, preemptible_at(priority, preemptible))
         if priority in self._classes:
             cls = self._classes[priority]
             return cls if preemptible is None else ResolvedPriority(cls.value, preemptible)
         number = _as_int(priority)
         if number is not None:
-            return ResolvedPriority(number, _preemptible(number, preemptible))
+            return ResolvedPriority(number, preemptible_at(number, preemptible))
         raise UnknownPriorityClassError(self._unknown(priority))
 
     def _unknown(self, name: str) -> str:
@@ -97,7 +98,10 @@ class PriorityClasses:
         )
 
 
-def _preemptible(value: int, preemptible: bool | None) -> bool:
+def preemptible_at(value: int, preemptible: bool | None = None) -> bool:
+    """Whether a workload of priority `value` may be preempted: as said (`preemptible`),
+    else KAI's rule, below NON_PREEMPTIBLE_FROM (build-and-below). Ray's submissions and
+    Kubernetes' labels both decide it here."""
     return value < NON_PREEMPTIBLE_FROM if preemptible is None else preemptible
 
 

@@ -29,7 +29,7 @@ from kai_ray.config.base import Duration, Quantity, StrictModel, read_yaml_docum
 from kai_ray.config.errors import ConfigError, from_validation_error
 from kai_ray.core.model import RESOURCES, UNLIMITED, QueueInfo
 from kai_ray.core.quantity import format_bytes
-from kai_ray.core.queues import QueueTreeError, build_queue_tree
+from kai_ray.core.queues import QueueTreeError, build_queue_tree, resource_problem
 
 __all__ = [
     "KAI_API_VERSION",
@@ -213,29 +213,9 @@ def _triple(spec: ResourceSpec | KaiResourceSpec) -> tuple[float, float, float]:
 def _check_resource(
     name: str, resource: str, quota: float, limit: float, weight: float, units: _Units
 ) -> None:
-    where, key = f"queue {name!r}", f"resources.{resource}"
-    if quota < 0 and quota != UNLIMITED:
-        raise ConfigError(
-            f"{key}.quota is {units.show(resource, quota)}; use a value >= 0, or -1 for the whole cluster",
-            field=where,
-        )
-    if limit < 0 and limit != UNLIMITED:
-        raise ConfigError(
-            f"{key}.limit is {units.show(resource, limit)}; use a value >= 0, or -1 for no limit",
-            field=where,
-        )
-    if limit != UNLIMITED and quota != UNLIMITED and limit < quota:
-        raise ConfigError(
-            f"{key}.limit {units.show(resource, limit)} is below its quota "
-            f"{units.show(resource, quota)}; raise the limit to at least the quota "
-            "or lower the quota",
-            field=where,
-        )
-    if weight < 0:
-        raise ConfigError(
-            f"{key}.overQuotaWeight is {weight:g}; use a value >= 0 (0: no share of what is left over)",
-            field=where,
-        )
+    problem = resource_problem(resource, quota, limit, weight, units.show)
+    if problem is not None:
+        raise ConfigError(problem, field=f"queue {name!r}")
 
 
 def check_queue_tree(queues: Sequence[QueueInfo]) -> None:

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kai_ray.control import lifecycle as lc
-from kai_ray.control.cycles import CycleFn, cycle_function
+from kai_ray.control.cycles import CycleFn, Cycles
 from kai_ray.control.events import Admitted, ControlEvent, Preempted, WorkloadChanged
 from kai_ray.control.planner import JobPlan, plan_cycle
 from kai_ray.control.ports import ActionFailed, Actuator, Clock, ClusterSource, Store, WorkerPlacement
@@ -35,7 +35,7 @@ from kai_ray.control.snapshot import (
     same_nodes,
 )
 from kai_ray.control.store import Records
-from kai_ray.control.usage import cluster_capacity, history_for, queue_allocation
+from kai_ray.control.usage import UsageHistory
 from kai_ray.control.validate import SubmitError, same_spec, validate_spec
 from kai_ray.control.views import workload_view
 from kai_ray.control.workload import (
@@ -96,7 +96,6 @@ class Controller:
         a cycle then costs what changed, which JobInfos tells the core by handing it a
         new JobInfo for each workload that changed. Off: every cycle rebuilds."""
         self.cluster, self.actuator, self.clock = cluster, actuator, clock
-        self._cycle: CycleFn = cycle or cycle_function(pause_gc=pause_gc, incremental=incremental)
         self.records = Records(store)
         self.queues = list(plan_apply([], queues, {}).queues) if queues else []
         config = config or SchedulerConfig()
@@ -104,7 +103,7 @@ class Controller:
         self.config = dataclasses.replace(config, topologies=topologies)
         self.node_label = node_label
         self._infos = JobInfos(node_label)
-        self.usage = history_for(self.config)  # time-based fair share; None when off
+        self._cycles = Cycles.of(self.config, cycle, pause_gc=pause_gc, incremental=incremental)
         # An autoscaler may add nodes: accept workloads larger than the cluster is now.
         self.cluster_grows = False
         self.workloads: dict[str, Workload] = {}
@@ -293,6 +292,11 @@ class Controller:
             self._progress(w, self.clock.now())
         return self._drain()
 
+    @property
+    def usage(self) -> UsageHistory | None:
+        """The queues' usage history (time-based fair share); None when off."""
+        return self._cycles.usage
+
     def next_deadline(self) -> float | None:
         """The earliest grace period, surplus release or admission retry still ahead."""
         now = self.clock.now()
@@ -308,13 +312,8 @@ class Controller:
                     jobs.append(self._infos.get(w))
                 except Exception as exc:
                     self._failed(w, now, "describing it to the scheduler", exc)
-        usage = self.usage.usage(now) if self.usage is not None else {}
-        snapshot = ClusterSnapshot(
-            nodes=list(self.nodes.values()), queues=self.queues, jobs=jobs, usage=usage
-        )
-        result = self._cycle(snapshot, self.config, now)
-        if self.usage is not None:  # what the queues hold from now until the next cycle
-            self.usage.record(now, queue_allocation(result), cluster_capacity(self.nodes.values()))
+        snapshot = ClusterSnapshot(nodes=list(self.nodes.values()), queues=self.queues, jobs=jobs)
+        result = self._cycles(snapshot, self.config, now)
         plan = plan_cycle(result, jobs)
         self.queue_status, self.positions = dict(result.queues), plan.positions
         self._apply(plan.jobs, now)

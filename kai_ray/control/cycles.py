@@ -1,5 +1,6 @@
 """How a backend runs the core's cycles: incremental (core.CycleCache) by default, and,
-where asked, each one checked against the full rebuild.
+where asked, each one checked against the full rebuild; and, when the config turns on
+time-based fair share, fed the queues' usage history (`Cycles`).
 
 Every backend hands its cycles through here (the Controller, so Ray and the simulator;
 the Kubernetes operator), so one switch checks them all: with `KAI_RAY_CHECK_INCREMENTAL`
@@ -21,6 +22,7 @@ import os
 from collections.abc import Callable
 
 from kai_ray.control.snapshot import kept
+from kai_ray.control.usage import UsageHistory, cluster_capacity, history_for, queue_allocation
 from kai_ray.core import (
     ClusterSnapshot,
     CycleCache,
@@ -30,8 +32,16 @@ from kai_ray.core import (
     SchedulerConfig,
     run_cycle,
 )
+from kai_ray.core.policy import DEFAULT_POLICY, Policy
 
-__all__ = ["CHECK_INCREMENTAL_ENV", "CycleFn", "IncrementalMismatch", "Stable", "cycle_function"]
+__all__ = [
+    "CHECK_INCREMENTAL_ENV",
+    "CycleFn",
+    "Cycles",
+    "IncrementalMismatch",
+    "Stable",
+    "cycle_function",
+]
 
 log = logging.getLogger(__name__)
 CycleFn = Callable[[ClusterSnapshot, SchedulerConfig, float], CycleResult]
@@ -52,24 +62,57 @@ class IncrementalMismatch(AssertionError):
         super().__init__("incremental cycle differs from the full one:\n" + "\n".join(lines))
 
 
-def cycle_function(*, pause_gc: bool = False, incremental: bool = True) -> CycleFn:
-    """One backend's cycles: with a cache of its own when `incremental`; checked against
-    the full rebuild when CHECK_INCREMENTAL_ENV is set."""
+def cycle_function(
+    *, pause_gc: bool = False, incremental: bool = True, policy: Policy = DEFAULT_POLICY
+) -> CycleFn:
+    """One backend's cycles (with `policy`'s hooks): with a cache of its own when
+    `incremental`; checked against the full rebuild when CHECK_INCREMENTAL_ENV is set."""
     if not incremental:
-        return functools.partial(run_cycle, pause_gc=pause_gc)
+        return functools.partial(run_cycle, policy=policy, pause_gc=pause_gc)
     cache = CycleCache()
     if not os.environ.get(CHECK_INCREMENTAL_ENV):
-        return functools.partial(run_cycle, pause_gc=pause_gc, cache=cache)
+        return functools.partial(run_cycle, policy=policy, pause_gc=pause_gc, cache=cache)
     log.info("%s is set: every incremental cycle is checked against a full one", CHECK_INCREMENTAL_ENV)
 
     def checked(snapshot: ClusterSnapshot, config: SchedulerConfig, now: float) -> CycleResult:
-        got = run_cycle(snapshot, config, now, pause_gc=pause_gc, cache=cache)
-        want = run_cycle(snapshot, config, now, pause_gc=pause_gc)
+        got = run_cycle(snapshot, config, now, policy=policy, pause_gc=pause_gc, cache=cache)
+        want = run_cycle(snapshot, config, now, policy=policy, pause_gc=pause_gc)
         if got != want:
             raise IncrementalMismatch(want, got)
         return want
 
     return checked
+
+
+class Cycles:
+    """A backend's cycles with the queues' usage history: before each cycle the snapshot
+    gets the usage over the window (time-based fair share), and after it the history
+    records what the queues hold until the next one. Every backend decides through one
+    of these, so none can leave the history out (the Kubernetes operator once did, and
+    time-based fair share was silently off there). Without a window, only the cycle."""
+
+    def __init__(self, usage: UsageHistory | None, cycle: CycleFn) -> None:
+        self.usage, self._cycle = usage, cycle
+
+    @classmethod
+    def of(
+        cls,
+        config: SchedulerConfig,
+        cycle: CycleFn | None = None,
+        *,
+        pause_gc: bool = False,
+        incremental: bool = True,
+    ) -> Cycles:
+        """The history `config` asks for, around `cycle` (or a cycle_function)."""
+        return cls(history_for(config), cycle or cycle_function(pause_gc=pause_gc, incremental=incremental))
+
+    def __call__(self, snapshot: ClusterSnapshot, config: SchedulerConfig, now: float) -> CycleResult:
+        if self.usage is not None:
+            snapshot.usage = self.usage.usage(now)
+        result = self._cycle(snapshot, config, now)
+        if self.usage is not None:
+            self.usage.record(now, queue_allocation(result), cluster_capacity(snapshot.nodes))
+        return result
 
 
 class Stable:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -10,7 +10,7 @@ import numpy.typing as npt
 
 from kai_ray.core.model import RESOURCES, UNLIMITED, QueueInfo
 
-__all__ = ["QueueTree", "QueueTreeError", "build_queue_tree"]
+__all__ = ["QueueTree", "QueueTreeError", "build_queue_tree", "resource_problem"]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -138,27 +138,39 @@ def _ancestors(i: int, parent: tuple[int, ...], queues: Sequence[QueueInfo]) -> 
 def _check_resources(queues: Sequence[QueueInfo]) -> None:
     for q in queues:
         for r, name in enumerate(RESOURCES):
-            quota, limit, weight = q.quota[r], q.limit[r], q.over_quota_weight[r]
-            if quota < 0 and quota != UNLIMITED:
-                raise QueueTreeError(
-                    f"queue {q.name!r}: resources.{name}.quota is {quota:g}; "
-                    "use a value >= 0, or -1 for the whole cluster"
-                )
-            if limit < 0 and limit != UNLIMITED:
-                raise QueueTreeError(
-                    f"queue {q.name!r}: resources.{name}.limit is {limit:g}; "
-                    "use a value >= 0, or -1 for no limit"
-                )
-            if limit != UNLIMITED and quota != UNLIMITED and limit < quota:
-                raise QueueTreeError(
-                    f"queue {q.name!r}: resources.{name}.limit {limit:g} is below its quota "
-                    f"{quota:g}; raise the limit to at least the quota or lower the quota"
-                )
-            if weight < 0:
-                raise QueueTreeError(
-                    f"queue {q.name!r}: resources.{name}.overQuotaWeight is {weight:g}; "
-                    "use a value >= 0 (0: no share of what is left over)"
-                )
+            problem = resource_problem(name, q.quota[r], q.limit[r], q.over_quota_weight[r])
+            if problem is not None:
+                raise QueueTreeError(f"queue {q.name!r}: {problem}")
+
+
+def _plain(_resource: str, value: float) -> str:
+    return f"{value:g}"
+
+
+def resource_problem(
+    resource: str,
+    quota: float,
+    limit: float,
+    weight: float,
+    show: Callable[[str, float], str] = _plain,
+) -> str | None:
+    """What is wrong with one resource of a queue, and the fix, in a user's words (the
+    quota and limit written by `show`, in the units the user wrote them); None when
+    nothing is. The one statement of these rules: the core, the queue files and the
+    Kubernetes operator all check queues with it."""
+    key = f"resources.{resource}"
+    if quota < 0 and quota != UNLIMITED:
+        return f"{key}.quota is {show(resource, quota)}; use a value >= 0, or -1 for the whole cluster"
+    if limit < 0 and limit != UNLIMITED:
+        return f"{key}.limit is {show(resource, limit)}; use a value >= 0, or -1 for no limit"
+    if limit != UNLIMITED and quota != UNLIMITED and limit < quota:
+        return (
+            f"{key}.limit {show(resource, limit)} is below its quota {show(resource, quota)}; "
+            "raise the limit to at least the quota or lower the quota"
+        )
+    if weight < 0:
+        return f"{key}.overQuotaWeight is {weight:g}; use a value >= 0 (0: no share of what is left over)"
+    return None
 
 
 def _inherited_preempt_runtime(path: tuple[int, ...], queues: Sequence[QueueInfo]) -> float:

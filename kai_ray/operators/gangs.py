@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from kai_ray.config.priority import DEFAULT_PRIORITY_CLASSES, NON_PREEMPTIBLE_FROM
+from kai_ray.config.priority import DEFAULT_PRIORITY_CLASSES, NON_PREEMPTIBLE_FROM, preemptible_at
 from kai_ray.core.model import Request, TopologyConstraint
 from kai_ray.operators.requests import GPU_FRACTION, GPU_FRACTION_DEVICES, GPU_MEMORY, spec_request
 
@@ -381,12 +381,12 @@ def _preemptible(objs: list[_Known], priority: int, what: str) -> tuple[bool, st
     if found is not None and found.value in ("preemptible", "non-preemptible"):
         return found.value == "preemptible", ""
     if found is None:
-        return priority < NON_PREEMPTIBLE_FROM, ""
+        return preemptible_at(priority), ""
     problem = (
         f"{what}: {found.where} is {found.value!r}: use 'preemptible' or 'non-preemptible', "
         f"or remove it (then a priority below {NON_PREEMPTIBLE_FROM} is preemptible)"
     )
-    return priority < NON_PREEMPTIBLE_FROM, problem
+    return preemptible_at(priority), problem
 
 
 def _topology(objs: list[_Known], what: str) -> tuple[TopologyConstraint | None, str]:

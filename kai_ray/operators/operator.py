@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kai_ray.control.cycles import Stable, cycle_function
+from kai_ray.control.cycles import Cycles, Stable
 from kai_ray.control.planner import JobPlan, Plan, plan_cycle
 from kai_ray.core import CycleResult, Evict, SchedulerConfig
 from kai_ray.dashboard import DEFAULT_PORT, Board, DashboardServer, Feed, access_for
@@ -92,7 +92,7 @@ class Operator:
         # The world is listed afresh each pass: unchanged nodes and gangs keep last pass's
         # objects, so each cycle patches the state it kept (control/cycles.py).
         self._stable = Stable()
-        self._cycle = cycle_function()
+        self._cycles = Cycles.of(self.options.config)  # with time-based fair share's history
         self.last_plan: Plan | None = None
         self.history = GangHistory()
         self.feed = Feed(self._board)
@@ -214,7 +214,7 @@ class Operator:
         now = time.time()
         world = self.world(now)
         world.snapshot = self._stable.keep(world.snapshot)
-        result = self._cycle(world.snapshot, self.options.config, now)
+        result = self._cycles(world.snapshot, self.options.config, now)
         plan = plan_cycle(result, world.snapshot.jobs)
         evictions = [(job, e) for job, jp in plan.jobs.items() for e in _evictions(jp)]
         binds = [(job, b.task, b.node, b.gpu_group) for job, jp in plan.jobs.items() for b in jp.binds]

@@ -19,8 +19,8 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from kai_ray.control.cycles import Cycles
 from kai_ray.control.planner import PlanError, plan_cycle
-from kai_ray.control.usage import cluster_capacity, history_for, queue_allocation
 from kai_ray.core.model import (
     Bind,
     ClusterSnapshot,
@@ -70,18 +70,14 @@ def run_scenario(
     """Run every round, then compare with the expectations. Never raises for a core
     failure: it becomes a failed result with `error` set, so one scenario cannot stop
     a whole run."""
-    cycle = cycle or _core_cycle()
+    # config.usageWindow: usage recorded round by round, as every backend records it
+    cycles = Cycles.of(scenario.config, cycle or _core_cycle())
     state = _working_copy(scenario.snapshot)
-    history = history_for(scenario.config)  # config.usageWindow: usage recorded by round
     last: CycleResult | None = None
     try:
         for round_ in range(scenario.rounds):
             clock = scenario.now + round_
-            if history is not None:
-                state.usage = history.usage(clock)
-            last = cycle(state, scenario.config, clock)
-            if history is not None:  # what the queues hold until the next round
-                history.record(clock, queue_allocation(last), cluster_capacity(state.nodes))
+            last = cycles(state, scenario.config, clock)
             apply_result(state, last, clock)
             if round_ < scenario.rounds - 1:
                 advance_round(state, clock)

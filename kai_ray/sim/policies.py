@@ -13,12 +13,12 @@ or another set of policy hooks (kai_ray.core.policy): nothing here decides place
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from kai_ray.config.errors import ConfigError
-from kai_ray.core import ClusterSnapshot, CycleCache, CycleResult, QueueInfo, SchedulerConfig, run_cycle
+from kai_ray.control.cycles import CycleFn, cycle_function
+from kai_ray.core import QueueInfo, SchedulerConfig
 from kai_ray.core.cluster import Job
 from kai_ray.core.policy import DEFAULT_POLICY, Policy
 
@@ -26,7 +26,6 @@ __all__ = ["POLICIES", "POOL_QUEUE", "SimPolicy", "make_policy"]
 
 POOL_QUEUE = "fifo"  # the one queue of a pooled (FIFO) policy
 DAY = 86400.0
-CycleFn = Callable[[ClusterSnapshot, SchedulerConfig, float], CycleResult]
 
 
 def submission_order(job: Job) -> tuple[object, ...]:
@@ -49,8 +48,7 @@ class SimPolicy:
         """The controller's cycle with these hooks: incremental (a cache per simulation:
         a step costs what changed) unless asked otherwise, the garbage collector paused
         inside it as a long-lived scheduler does."""
-        cache = CycleCache() if incremental else None
-        return functools.partial(run_cycle, policy=self.hooks, pause_gc=True, cache=cache)
+        return cycle_function(policy=self.hooks, pause_gc=True, incremental=incremental)
 
     def queues(self, team_queues: Sequence[QueueInfo]) -> list[QueueInfo]:
         """The queues the controller gets: the trace's, or the one pool."""

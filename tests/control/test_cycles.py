@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from kai_ray.control.cycles import Stable, cycle_function
+import pytest
+
+from kai_ray.control.cycles import Cycles, Stable, cycle_function
 from kai_ray.core import (
     ClusterSnapshot,
     JobInfo,
@@ -15,6 +17,7 @@ from kai_ray.core import (
     SchedulerConfig,
     TaskInfo,
     TaskStatus,
+    run_cycle,
 )
 
 
@@ -52,3 +55,36 @@ def test_a_checked_cycle_on_kept_objects_decides_as_a_full_one() -> None:
     assert [d.node for d in first.decisions] == ["n1"]  # type: ignore[attr-defined]
     second = cycle(stable.keep(_snapshot(4)), config, 1.0)
     assert second.decisions == [] and "b" in second.pending_reasons
+
+
+def test_cycles_feed_the_usage_history_to_each_cycle_and_record_what_it_left() -> None:
+    # Queue "default" holds 8 of 12 GPUs; with a window, the next cycle's snapshot says
+    # so (as every backend's does: the operator once left it out).
+    config = SchedulerConfig(usage_window_s=600.0)
+    cycles = Cycles.of(config)
+    first = _snapshot(4)
+    cycles(first, config, 0.0)
+    assert first.usage == {}  # no history yet
+    later = _snapshot(4)
+    cycles(later, config, 10.0)
+    assert later.usage["default"][0] == pytest.approx(8 / 12)
+    plain = Cycles.of(SchedulerConfig())
+    unchanged = _snapshot(4)
+    plain(unchanged, SchedulerConfig(), 10.0)
+    assert plain.usage is None and unchanged.usage == {}
+
+
+def test_the_simulators_cycles_are_checked_by_the_same_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kai_ray.control import cycles as cycles_module
+    from kai_ray.sim.policies import make_policy
+
+    calls: list[bool] = []
+
+    def counted(*args: object, cache: object = None, **kwargs: object) -> object:
+        calls.append(cache is not None)
+        return run_cycle(*args, cache=cache, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cycles_module, "run_cycle", counted)
+    cycle = make_policy("default").cycle()
+    cycle(_snapshot(8), SchedulerConfig(), 0.0)
+    assert calls == [True, False]  # incremental, then the full rebuild it is checked against

@@ -80,3 +80,30 @@ def test_with_history_endless_jobs_alternate_by_reclaim() -> None:
     assert [who for _, who in changes] == ["a1", "b1", "a1", "b1", "a1"]
     turns = [t1 - t0 for (t0, _), (t1, _) in itertools.pairwise(changes[1:])]
     assert all(900 <= turn <= 1100 for turn in turns), changes
+
+
+def contend_after_heavy_use(config: SchedulerConfig) -> dict[str, State]:
+    """tests/k8s/test_time_fairness.py's case through the controller (the Ray backend's
+    and the simulator's): on 4 GPUs, queue heavy holds all four for 5 s and lets them go;
+    then heavy and light each ask for a whole-cluster gang, heavy first."""
+    h = make(nodes=1, queues=[QueueInfo("heavy"), QueueInfo("light")], config=config)
+    one_gpu = {"GPU": 1, "CPU": 1}
+    h.submit("early", queue="heavy", workers=4, resources_per_worker=one_gpu)
+    h.at(1.0).step()
+    h.at(6.0).step()
+    h.controller.cancel("early")
+    h.at(7.0).step()
+    h.submit("heavy2", queue="heavy", workers=4, resources_per_worker=one_gpu)
+    h.at(8.0).step()
+    h.submit("light2", queue="light", workers=4, resources_per_worker=one_gpu)
+    for t in range(9, 120):  # past any grace period
+        h.at(float(t)).step()
+    return {w: h.w(w).state for w in ("heavy2", "light2")}
+
+
+def test_the_queue_that_used_more_gives_way_as_on_kubernetes() -> None:
+    states = contend_after_heavy_use(SchedulerConfig(usage_window_s=600.0))
+    assert states == {"heavy2": State.QUEUED, "light2": State.RUNNING}
+    # Without a window the shares are equal, and light's gang would take it over its own.
+    states = contend_after_heavy_use(SchedulerConfig())
+    assert states == {"heavy2": State.RUNNING, "light2": State.QUEUED}
