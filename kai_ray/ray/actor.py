@@ -50,6 +50,9 @@ log = logging.getLogger(__name__)
 SCHEDULER_NAME = "kai-ray-scheduler"
 PERIOD_S = 0.5
 PACE = 2.0  # after a step of d seconds, d * PACE for calls before the next step
+# ...but never longer than this: a slow step on a busy machine (a node refresh, a loaded
+# CPU) must not keep the next submission waiting seconds for its first cycle.
+PACE_MAX_S = 0.5
 NODE_REFRESH_S = 1.0
 NODE_STALE_S = 5.0
 REUSE_DELAY_S = 0.2
@@ -144,7 +147,7 @@ class SchedulerActor:
             # d seconds, the next waits until PACE * d has passed, so that a deep queue's
             # costly cycles never take more than 1 / (1 + PACE) of the actor's time. A
             # step after a quiet spell starts at once.
-            rest = self._step_ended + PACE * self._step_cost - time.monotonic()
+            rest = self._step_ended + min(PACE * self._step_cost, PACE_MAX_S) - time.monotonic()
             # Ray places a group on capacity removed less than ~50 ms ago only after a
             # retry back-off of up to a second: a step right after a release waits a
             # moment, so the room a finished workload left goes to the next at once.
