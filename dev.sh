@@ -52,12 +52,12 @@ case "${1:-}" in
     shift
     echo "== ruff";          "$VENV/bin/ruff" check kai_ray tests
     echo "== ruff format";   "$VENV/bin/ruff" format --check -q kai_ray tests
-    echo "== mypy (strict on kai_ray/core, control, operators, dashboard, sim)"
-    "$VENV/bin/mypy" kai_ray/core kai_ray/control kai_ray/operators kai_ray/dashboard kai_ray/sim
+    echo "== mypy (strict on kai_ray/core, control, k8s, testing, dashboard, sim)"
+    "$VENV/bin/mypy" kai_ray/core kai_ray/control kai_ray/k8s kai_ray/testing kai_ray/dashboard kai_ray/sim
     echo "== import contracts"; "$VENV/bin/lint-imports"
     # The Kubernetes tests run a real kube-apiserver: built from Debian's source once per
     # machine (about 15 minutes on 2 cores), then cached under ~/.cache/kai-ray.
-    echo "== kube-apiserver"; bash kai_ray/operators/build-kube-apiserver.sh
+    echo "== kube-apiserver"; bash kai_ray/testing/build-kube-apiserver.sh
     echo "== chromium"; ensure_chromium
     echo "== pytest"
     exec "$VENV/bin/pytest" "$@"

@@ -183,8 +183,8 @@ def _explain(args: argparse.Namespace) -> int:
 def _explain_kubernetes(args: argparse.Namespace) -> int:
     import asyncio
 
-    from kai_ray.operators.client import load_kubeconfig
-    from kai_ray.operators.explain import explain_object
+    from kai_ray.k8s.client import load_kubeconfig
+    from kai_ray.k8s.explain import explain_object
 
     try:
         text = asyncio.run(explain_object(load_kubeconfig(args.kubeconfig), args.workload, args.namespace))

@@ -16,8 +16,8 @@ from typing import Any
 
 import ray
 
-from kai_ray.operators.client import Kube, KubeConfig
-from kai_ray.operators.operator import Operator, OperatorOptions
+from kai_ray.k8s.client import Kube, KubeConfig
+from kai_ray.k8s.operator import Operator, OperatorOptions
 
 __all__ = ["OPERATOR_ACTOR", "find_or_start_operator"]
 

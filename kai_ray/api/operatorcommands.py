@@ -11,7 +11,7 @@ from typing import Any
 
 from kai_ray.api.dashboardcommands import TOKEN_ENV
 from kai_ray.dashboard.server import DEFAULT_PORT
-from kai_ray.operators import DEFAULT_SCHEDULER_NAMES
+from kai_ray.k8s import DEFAULT_SCHEDULER_NAMES
 
 __all__ = ["add_commands"]
 
@@ -110,15 +110,15 @@ def dashboard_option(value: str, token: str | None) -> tuple[str, int, str | Non
 
 
 def _operator(args: argparse.Namespace) -> int:
-    from kai_ray.operators.client import Kube, load_kubeconfig
-    from kai_ray.operators.install import install_crds, install_default_queues
-    from kai_ray.operators.operator import Operator, OperatorOptions
+    from kai_ray.k8s.client import Kube, load_kubeconfig
+    from kai_ray.k8s.install import install_crds, install_default_queues
+    from kai_ray.k8s.operator import Operator, OperatorOptions
 
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    from kai_ray.operators.devices import SharingOptions
+    from kai_ray.k8s.devices import SharingOptions
 
     names = tuple(args.scheduler_names or DEFAULT_SCHEDULER_NAMES)
     options = OperatorOptions(
@@ -156,11 +156,11 @@ def _operator(args: argparse.Namespace) -> int:
 def _in_ray(args: argparse.Namespace, config: Any, options: Any) -> int:
     from kai_ray.api.cliutil import connect_ray
     from kai_ray.api.operator_actor import OPERATOR_ACTOR, find_or_start_operator
-    from kai_ray.operators.install import install_crds, install_default_queues
+    from kai_ray.k8s.install import install_crds, install_default_queues
 
     connect_ray(args.address)
     if args.install_crds:
-        from kai_ray.operators.client import Kube
+        from kai_ray.k8s.client import Kube
 
         async def crds() -> None:
             async with Kube(config) as kube:

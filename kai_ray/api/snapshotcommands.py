@@ -56,8 +56,8 @@ def _from_kubernetes(args: argparse.Namespace) -> dict[str, Any]:
     """The operator's world as its next cycle would build it, listed once."""
     from kai_ray.control.snapshotfile import write_snapshot
     from kai_ray.core import SchedulerConfig
-    from kai_ray.operators.client import Kube, load_kubeconfig
-    from kai_ray.operators.operator import Operator, OperatorOptions
+    from kai_ray.k8s.client import Kube, load_kubeconfig
+    from kai_ray.k8s.operator import Operator, OperatorOptions
 
     config = SchedulerConfig()
     if args.config:

@@ -83,7 +83,7 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
 
 
 def _run_k8s(args: argparse.Namespace) -> int:
-    from kai_ray.operators.bench import run_k8s_bench
+    from kai_ray.bench.k8s import run_k8s_bench
 
     result = run_k8s_bench(args.nodes, args.clusters, args.pods_per_cluster, args.gang)
     return _print(result, args.json)

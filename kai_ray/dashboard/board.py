@@ -4,7 +4,7 @@ their fields; scripts depend on them, so fields are added, never renamed).
 
 A backend builds its Board from what it already keeps: the Ray scheduler from its
 Controller (`board_from_controller`), the Kubernetes operator from its last world and
-cycle (kai_ray.operators.board). The rules of what a row says (a queue's standing against
+cycle (kai_ray.k8s.board). The rules of what a row says (a queue's standing against
 its fair share, how shares of a device are laid out) live here once, for both.
 """
 

@@ -44,7 +44,7 @@ def test_the_chart_lints(helm_kubectl: tuple[str, str]) -> None:
 
 
 def test_the_crd_is_the_operators_own() -> None:
-    ours = (REPO / "kai_ray" / "operators" / "crds" / "queues.kai-ray.io.yaml").read_text()
+    ours = (REPO / "kai_ray" / "k8s" / "crds" / "queues.kai-ray.io.yaml").read_text()
     assert (CHART / "crds" / "queues.kai-ray.io.yaml").read_text() == ours
 
 

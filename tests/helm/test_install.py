@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kai_ray.operators.testserver import ApiServer, apiserver_binary
+from kai_ray.testing.apiserver import ApiServer, apiserver_binary
 from tests.helm.test_chart import CHART
 from tests.helm.tools import tools
 from tests.k8s.env import NS, K8sEnv, bound, group, raycluster
@@ -191,7 +191,7 @@ def test_gpu_sharing_works_with_the_accounts_the_chart_gives(rbac_cluster: K8sEn
 
 
 def _exists(k8s: K8sEnv, path: str) -> bool:
-    from kai_ray.operators.client import ApiError
+    from kai_ray.k8s.client import ApiError
 
     try:
         k8s.get(path)

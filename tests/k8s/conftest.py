@@ -1,6 +1,6 @@
 """A fresh API server per test (about 6 s): tests share nothing, not even nodes. The
 kube-apiserver binary is built once per machine and cached (see
-kai_ray/operators/build-kube-apiserver.sh); the first test on a fresh machine pays that."""
+kai_ray/testing/build-kube-apiserver.sh); the first test on a fresh machine pays that."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from kai_ray.operators.testserver import ApiServer, apiserver_binary
+from kai_ray.testing.apiserver import ApiServer, apiserver_binary
 from tests.k8s.env import K8sEnv
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from kai_ray.operators.sharing import RESERVATION_NS, SHARE_ANNOTATION
+from kai_ray.k8s.sharing import RESERVATION_NS, SHARE_ANNOTATION
 from tests.k8s.env import NS, K8sEnv, bound, condition
 
 pytestmark = pytest.mark.k8s
@@ -150,7 +150,7 @@ def _get(k8s: K8sEnv, name: str) -> dict[str, Any]:
 
 
 def _try_create(k8s: K8sEnv, pod: dict[str, Any]) -> dict[str, Any] | None:
-    from kai_ray.operators.client import ApiError
+    from kai_ray.k8s.client import ApiError
 
     try:
         return k8s.create(PODS, pod)
@@ -161,7 +161,7 @@ def _try_create(k8s: K8sEnv, pod: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _config(k8s: K8sEnv, share: str) -> dict[str, str] | None:
-    from kai_ray.operators.client import ApiError
+    from kai_ray.k8s.client import ApiError
 
     try:
         return k8s.get(f"/api/v1/namespaces/{NS}/configmaps/kai-ray-gpu-share-{share}")["data"]

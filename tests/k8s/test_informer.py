@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from kai_ray.operators.client import gather_limited
-from kai_ray.operators.informer import Informer
+from kai_ray.k8s.client import gather_limited
+from kai_ray.k8s.informer import Informer
 from tests.k8s.env import NS, K8sEnv
 
 pytestmark = pytest.mark.k8s

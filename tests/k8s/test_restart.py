@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from kai_ray.operators.client import gather_limited
+from kai_ray.k8s.client import gather_limited
 from tests.k8s.env import NS, K8sEnv, bound
 
 pytestmark = pytest.mark.k8s

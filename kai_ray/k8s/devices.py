@@ -1,4 +1,4 @@
-"""The operator's side of GPU sharing (see kai_ray.operators.sharing): reservation pods
+"""The operator's side of GPU sharing (see kai_ray.k8s.sharing): reservation pods
 made before a sharing pod is bound, ConfigMaps written once the reservation's device is
 known, and reservations deleted when their device has no sharing pod left. Level-
 triggered like the rest: every cycle compares what the pods say with what should be."""
@@ -11,9 +11,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kai_ray.operators.client import ApiError, Kube
-from kai_ray.operators.gangs import pod_request
-from kai_ray.operators.sharing import (
+from kai_ray.k8s.client import ApiError, Kube
+from kai_ray.k8s.gangs import pod_request
+from kai_ray.k8s.sharing import (
     RESERVATION_NS,
     config_map,
     device_of,
@@ -23,7 +23,7 @@ from kai_ray.operators.sharing import (
     share_id,
     wanted_reservations,
 )
-from kai_ray.operators.world import GPU_GROUP_ANNOTATION, World
+from kai_ray.k8s.world import GPU_GROUP_ANNOTATION, World
 
 __all__ = ["DeviceSharing", "SharingOptions"]
 

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from kai_ray.control.planner import Plan
 from kai_ray.core import CycleResult, Evict, JobInfo, TaskStatus
 from kai_ray.dashboard.board import Board, Holding, grouping_levels, node_row, queue_rows, row
-from kai_ray.operators.gangs import Gang
-from kai_ray.operators.queues import QueueSet
-from kai_ray.operators.world import World
+from kai_ray.k8s.gangs import Gang
+from kai_ray.k8s.queues import QueueSet
+from kai_ray.k8s.world import World
 
 __all__ = ["GangHistory", "board_from_world", "gang_state"]
 

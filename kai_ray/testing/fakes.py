@@ -15,9 +15,9 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
-from kai_ray.operators.client import ApiError, Kube
-from kai_ray.operators.informer import Informer
-from kai_ray.operators.sharing import DEVICE_ANNOTATION, RESERVATION_LABEL
+from kai_ray.k8s.client import ApiError, Kube
+from kai_ray.k8s.informer import Informer
+from kai_ray.k8s.sharing import DEVICE_ANNOTATION, RESERVATION_LABEL
 
 __all__ = ["FakeKubelet", "KubeRayStandIn", "make_node"]
 

@@ -8,7 +8,7 @@ server, so a restarted operator carries on from the objects alone: a gang left p
 bound by a crash is completed when it still fits, and evicted by the core's stale-gang
 rule when it does not.
 
-Bindings go out concurrently on kept-alive connections (kai_ray.operators.client); a
+Bindings go out concurrently on kept-alive connections (kai_ray.k8s.client); a
 binding sent but not yet seen in the pods' watch is remembered (`assumed`) so the next
 cycle does not place the pod twice.
 """
@@ -26,17 +26,17 @@ from kai_ray.control.cycles import Cycles, Stable
 from kai_ray.control.planner import JobPlan, Plan, plan_cycle
 from kai_ray.core import CycleResult, Evict, SchedulerConfig
 from kai_ray.dashboard import DEFAULT_PORT, Board, DashboardServer, Feed, access_for
-from kai_ray.operators import DEFAULT_SCHEDULER_NAMES
-from kai_ray.operators.board import GangHistory, board_from_world
-from kai_ray.operators.client import ApiError, Kube, gather_limited
-from kai_ray.operators.devices import DeviceSharing, SharingOptions
-from kai_ray.operators.gangs import Gang, build_gangs
-from kai_ray.operators.informer import Informer
-from kai_ray.operators.queues import KAI_RAY_QUEUE_API, read_queues
-from kai_ray.operators.report import Reporter
-from kai_ray.operators.sharing import idle_reservations, is_reservation
-from kai_ray.operators.webhook import start_webhook
-from kai_ray.operators.world import GPU_GROUP_ANNOTATION, SUBMITTER_TASK, World, build_world
+from kai_ray.k8s import DEFAULT_SCHEDULER_NAMES
+from kai_ray.k8s.board import GangHistory, board_from_world
+from kai_ray.k8s.client import ApiError, Kube, gather_limited
+from kai_ray.k8s.devices import DeviceSharing, SharingOptions
+from kai_ray.k8s.gangs import Gang, build_gangs
+from kai_ray.k8s.informer import Informer
+from kai_ray.k8s.queues import KAI_RAY_QUEUE_API, read_queues
+from kai_ray.k8s.report import Reporter
+from kai_ray.k8s.sharing import idle_reservations, is_reservation
+from kai_ray.k8s.webhook import start_webhook
+from kai_ray.k8s.world import GPU_GROUP_ANNOTATION, SUBMITTER_TASK, World, build_world
 
 __all__ = ["Operator", "OperatorOptions"]
 

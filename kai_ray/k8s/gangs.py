@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 from kai_ray.config.priority import DEFAULT_PRIORITY_CLASSES, NON_PREEMPTIBLE_FROM, preemptible_at
 from kai_ray.core.model import Request, TopologyConstraint
-from kai_ray.operators.requests import GPU_FRACTION, GPU_FRACTION_DEVICES, GPU_MEMORY, spec_request
+from kai_ray.k8s.requests import GPU_FRACTION, GPU_FRACTION_DEVICES, GPU_MEMORY, spec_request
 
 __all__ = ["Gang", "build_gangs", "pod_finished", "pod_request", "scheduled_by_us"]
 

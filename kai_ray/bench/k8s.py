@@ -16,11 +16,11 @@ import resource
 import time
 from typing import Any
 
-from kai_ray.operators.client import Kube, gather_limited, load_kubeconfig
-from kai_ray.operators.fakes import make_node
-from kai_ray.operators.install import install_crds, install_default_queues
-from kai_ray.operators.operator import Operator, OperatorOptions
-from kai_ray.operators.testserver import ApiServer
+from kai_ray.k8s.client import Kube, gather_limited, load_kubeconfig
+from kai_ray.k8s.install import install_crds, install_default_queues
+from kai_ray.k8s.operator import Operator, OperatorOptions
+from kai_ray.testing.apiserver import ApiServer
+from kai_ray.testing.fakes import make_node
 
 __all__ = ["run_k8s_bench"]
 

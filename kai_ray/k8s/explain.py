@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kai_ray.operators.client import ApiError, Kube, KubeConfig
+from kai_ray.k8s.client import ApiError, Kube, KubeConfig
 
 __all__ = ["KINDS", "explain_object"]
 

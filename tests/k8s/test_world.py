@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from kai_ray.core import TaskStatus
-from kai_ray.operators.gangs import build_gangs
-from kai_ray.operators.world import SUBMITTER_TASK, build_world, node_info
+from kai_ray.k8s.gangs import build_gangs
+from kai_ray.k8s.world import SUBMITTER_TASK, build_world, node_info
 
 GI = 2**30
 
@@ -201,7 +201,7 @@ def test_tainted_nodes_take_only_the_gangs_that_tolerate_them(
     taint: dict[str, str], tolerations: list[dict[str, str]], usable: bool
 ) -> None:
     from kai_ray.core import QueueInfo, SchedulerConfig, run_cycle
-    from kai_ray.operators.taints import describe
+    from kai_ray.k8s.taints import describe
 
     tainted = node("gpu")
     tainted["spec"]["taints"] = [taint]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kai_ray.core import CycleResult, Evict, JobInfo, Reason, Request, TaskInfo, TaskStatus
-from kai_ray.operators.board import GangHistory
+from kai_ray.k8s.board import GangHistory
 
 REQ = Request(gpu=4, cpu=1)
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from kai_ray.operators.sharing import SHARE_ANNOTATION, idle_reservations, mutate, reservation_pod
+from kai_ray.k8s.sharing import SHARE_ANNOTATION, idle_reservations, mutate, reservation_pod
 
 
 def review(pod: dict[str, Any]) -> dict[str, Any]:

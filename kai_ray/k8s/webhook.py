@@ -1,5 +1,5 @@
 """The mutating webhook's HTTPS server (the API server calls it for every pod created):
-it answers with kai_ray.operators.sharing.mutate."""
+it answers with kai_ray.k8s.sharing.mutate."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Collection
 
 from aiohttp import web
 
-from kai_ray.operators.sharing import mutate
+from kai_ray.k8s.sharing import mutate
 
 __all__ = ["start_webhook"]
 

@@ -20,11 +20,11 @@ from typing import Any
 from kai_ray.control.demand import wants_capacity
 from kai_ray.control.planner import Plan
 from kai_ray.core import CycleResult, Evict, Reason
-from kai_ray.operators.client import ApiError, Kube, gather_limited
-from kai_ray.operators.gangs import Gang
-from kai_ray.operators.queues import KAI_RAY_QUEUE_API, QueueSet, queue_status_body
-from kai_ray.operators.taints import describe
-from kai_ray.operators.world import World
+from kai_ray.k8s.client import ApiError, Kube, gather_limited
+from kai_ray.k8s.gangs import Gang
+from kai_ray.k8s.queues import KAI_RAY_QUEUE_API, QueueSet, queue_status_body
+from kai_ray.k8s.taints import describe
+from kai_ray.k8s.world import World
 
 __all__ = ["Reporter", "condition_reason"]
 

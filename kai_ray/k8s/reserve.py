@@ -1,4 +1,4 @@
-"""The reservation pod's process (`python -m kai_ray.operators.reserve`): the device
+"""The reservation pod's process (`python -m kai_ray.k8s.reserve`): the device
 plugin gave this container a whole GPU; write which one into the pod's own annotation,
 where the operator reads it for the pods that share the device, then hold it."""
 
@@ -8,8 +8,8 @@ import asyncio
 import os
 import signal
 
-from kai_ray.operators.client import Kube, load_kubeconfig
-from kai_ray.operators.sharing import DEVICE_ANNOTATION
+from kai_ray.k8s.client import Kube, load_kubeconfig
+from kai_ray.k8s.sharing import DEVICE_ANNOTATION
 
 
 async def _announce() -> None:

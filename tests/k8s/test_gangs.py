@@ -10,7 +10,7 @@ from typing import Any, Self
 import pytest
 
 from kai_ray.core.model import Request, TopologyConstraint
-from kai_ray.operators.gangs import Gang, build_gangs, pod_finished, pod_request, scheduled_by_us
+from kai_ray.k8s.gangs import Gang, build_gangs, pod_finished, pod_request, scheduled_by_us
 
 MI, GI = 2**20, 2**30
 T0 = datetime(2026, 11, 23, 8, 0, tzinfo=UTC)

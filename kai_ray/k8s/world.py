@@ -19,9 +19,9 @@ from typing import Any
 
 from kai_ray.core import ClusterSnapshot, JobInfo, NodeInfo, QueueInfo, Request, TaskInfo, TaskStatus
 from kai_ray.core.quantity import parse_quantity
-from kai_ray.operators.gangs import Gang, pod_finished, pod_request, scheduled_by_us
-from kai_ray.operators.sharing import GPU_GROUP_ANNOTATION
-from kai_ray.operators.taints import blocking_taints, profile_label, tolerates, tolerations_of
+from kai_ray.k8s.gangs import Gang, pod_finished, pod_request, scheduled_by_us
+from kai_ray.k8s.sharing import GPU_GROUP_ANNOTATION
+from kai_ray.k8s.taints import blocking_taints, profile_label, tolerates, tolerations_of
 
 __all__ = [
     "GPU_GROUP_ANNOTATION",
@@ -78,7 +78,7 @@ def node_info(node: Mapping[str, Any], outside: Mapping[str, float] | None = Non
 
 def node_takes_pods(node: Mapping[str, Any]) -> bool:
     """Ready and not cordoned. (Taints keep off only the pods that do not tolerate them:
-    see kai_ray.operators.taints.)"""
+    see kai_ray.k8s.taints.)"""
     if node.get("spec", {}).get("unschedulable"):
         return False
     conditions = node.get("status", {}).get("conditions") or []

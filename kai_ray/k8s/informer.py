@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from kai_ray.operators.client import ApiError, Kube
+from kai_ray.k8s.client import ApiError, Kube
 
 __all__ = ["Informer", "key_of"]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from kai_ray.operators.client import ApiError, Kube
+from kai_ray.k8s.client import ApiError, Kube
 
 __all__ = ["CRD_DIR", "install_crds", "install_default_queues"]
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from kai_ray.operators.queues import read_queues
+from kai_ray.k8s.queues import read_queues
 
 
 def queue(

@@ -84,7 +84,7 @@ def reservation_pod(node: str, device: int, image: str, scheduler: str) -> dict[
                 {
                     "name": "reservation",
                     "image": image,
-                    "command": ["python", "-m", "kai_ray.operators.reserve"],
+                    "command": ["python", "-m", "kai_ray.k8s.reserve"],
                     "resources": {"limits": {"nvidia.com/gpu": "1"}, "requests": {"nvidia.com/gpu": "1"}},
                     "env": [
                         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
