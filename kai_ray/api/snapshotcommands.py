@@ -77,7 +77,7 @@ def _from_kubernetes(args: argparse.Namespace) -> dict[str, Any]:
             await operator.start()  # lists everything, then stops watching
             try:
                 now = time.time()
-                return write_snapshot(operator.world(now).snapshot, config, now, "kubernetes")
+                return write_snapshot(operator.source.observe(now), config, now, "kubernetes")
             finally:
                 await operator.stop()
 

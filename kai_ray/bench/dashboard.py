@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from kai_ray.control import Controller, WorkloadSpec
-from kai_ray.control.memory import ManualClock, MemoryActuator, MemoryCluster, MemoryStore
+from kai_ray.control.memory import ManualClock, MemoryExecutor, MemoryNodes, MemoryStore
 from kai_ray.core import HOSTNAME_LABEL, NodeInfo, QueueInfo, SchedulerConfig, Topology
 from kai_ray.dashboard import Access, DashboardServer, Feed, ServerThread, board_from_controller
 
@@ -56,7 +56,7 @@ def big_controller(
         infos.append(
             QueueInfo(name, parent=f"dept-{i % departments}", quota=(rng.choice([0, 4, 8, 16]), -1, -1))
         )
-    cluster = MemoryCluster(
+    cluster = MemoryNodes(
         [
             NodeInfo(
                 f"node-{n}",
@@ -70,7 +70,7 @@ def big_controller(
         ]
     )
     config = SchedulerConfig(topologies={"dc": Topology("dc", ("zone", "rack"))})
-    ctl = Controller(cluster, MemoryActuator(), MemoryStore(), ManualClock(1000.0), infos, config)
+    ctl = Controller(cluster, MemoryExecutor(), MemoryStore(), ManualClock(1000.0), infos, config)
     for i in range(workloads):
         gpus = rng.choice([0.5, 1, 1, 2, 4, 8])
         workers = rng.choice([1, 1, 2, 4])

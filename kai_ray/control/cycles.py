@@ -72,7 +72,7 @@ def cycle_function(
     cache = CycleCache()
     if not os.environ.get(CHECK_INCREMENTAL_ENV):
         return functools.partial(run_cycle, policy=policy, pause_gc=pause_gc, cache=cache)
-    log.info("%s is set: every incremental cycle is checked against a full one", CHECK_INCREMENTAL_ENV)
+    log.debug("%s is set: every incremental cycle is checked against a full one", CHECK_INCREMENTAL_ENV)
 
     def checked(snapshot: ClusterSnapshot, config: SchedulerConfig, now: float) -> CycleResult:
         got = run_cycle(snapshot, config, now, policy=policy, pause_gc=pause_gc, cache=cache)

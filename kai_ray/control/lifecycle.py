@@ -22,12 +22,12 @@ from kai_ray.control.workload import HOLDING, Slot, SlotState, State, Transition
 
 __all__ = [
     "HANDLERS",
+    "NEUTRAL",
     "ActionFailed",
     "AdmissionTimedOut",
     "Cancel",
     "Effect",
     "Event",
-    "Evict",
     "Finished",
     "GangReady",
     "GraceOver",
@@ -44,7 +44,9 @@ __all__ = [
     "Stop",
     "SurplusDue",
     "SurplusReady",
+    "TasksEvicted",
     "Waiting",
+    "Words",
     "describe_nodes",
     "placement_event",
     "transition",
@@ -144,7 +146,7 @@ class SurplusDue:
 
 
 @dataclass(frozen=True, slots=True)
-class Evict:
+class TasksEvicted:
     """The core evicts these tasks (`why`: the action and its reason)."""
 
     tasks: frozenset[str]
@@ -210,7 +212,7 @@ Event = (
     | AdmissionTimedOut
     | SurplusReady
     | SurplusDue
-    | Evict
+    | TasksEvicted
     | GraceOver
     | NodesLost
     | GroupsLost
@@ -221,30 +223,43 @@ Event = (
     | ActionFailed
 )
 
-Handler = Callable[[Workload, Any, float], list[Effect]]
+Handler = Callable[[Workload, Any, float, "Words"], list[Effect]]
 
 
-def transition(w: Workload, event: Event, now: float) -> list[Effect]:
-    """Apply `event` to `w` at `now`; the effects to carry out, in order."""
+@dataclass(frozen=True, slots=True)
+class Words:
+    """How a backend names what the lifecycle speaks of, in the reasons people read:
+    its reservations (Ray: a placement group) and itself."""
+
+    reservation: str = "reservation"
+    backend: str = "the backend"
+
+
+NEUTRAL = Words()
+
+
+def transition(w: Workload, event: Event, now: float, words: Words = NEUTRAL) -> list[Effect]:
+    """Apply `event` to `w` at `now`; the effects to carry out, in order. `words`: the
+    backend's names in the reasons written."""
     handler = HANDLERS.get((w.state, type(event)))
     if handler is None:
         raise TransitionError(
             f"workload {w.id}: {type(event).__name__} is not allowed in state {w.state.value}"
         )
-    return handler(w, event, now)
+    return handler(w, event, now, words)
 
 
 # ---------------------------------------------------------------- handlers
 
 
-def _place(w: Workload, e: Place, now: float) -> list[Effect]:
+def _place(w: Workload, e: Place, now: float, words: Words) -> list[Effect]:
     effects: list[Effect] = []
     if w.state is State.QUEUED:
         if len(e.gang) < w.spec.gang:
             return []  # the core places gangs whole; a partial answer is not acted on
         w.attempt += 1
         w.slots = {p.task: Slot(p.node, w.gang_group) for p in e.gang}
-        _move(w, State.ADMITTING, now, "placement group created; waiting for Ray")
+        _move(w, State.ADMITTING, now, f"{words.reservation} made; waiting for {words.backend}")
         effects.append(Reserve(w.gang_group, e.gang))
     for p in e.surplus:  # elastic workers above the gang: a group each (groups cannot grow)
         if p.task in w.slots:
@@ -255,16 +270,16 @@ def _place(w: Workload, e: Place, now: float) -> list[Effect]:
     return effects
 
 
-def _waiting(w: Workload, e: Waiting, now: float) -> list[Effect]:
+def _waiting(w: Workload, e: Waiting, now: float, words: Words) -> list[Effect]:
     w.reason, w.reason_code = e.reason, e.code
     return []
 
 
-def _gang_ready(w: Workload, e: GangReady, now: float) -> list[Effect]:
+def _gang_ready(w: Workload, e: GangReady, now: float, words: Words) -> list[Effect]:
     for s in w.slots.values():
         if not s.surplus and s.state is SlotState.RESERVING:
             s.move(SlotState.READY)
-    _move(w, State.RUNNING, now, "admitted: its placement group is ready")
+    _move(w, State.RUNNING, now, f"admitted: its {words.reservation} is ready")
     if w.spec.kind != "job":
         w.failed_admissions, w.retry_at = 0, None  # admitted: the back-off starts over
         return []
@@ -275,7 +290,7 @@ def _gang_ready(w: Workload, e: GangReady, now: float) -> list[Effect]:
     return [*effects, Start()]
 
 
-def _admission_timed_out(w: Workload, e: AdmissionTimedOut, now: float) -> list[Effect]:
+def _admission_timed_out(w: Workload, e: AdmissionTimedOut, now: float, words: Words) -> list[Effect]:
     nodes = describe_nodes(s.node for s in w.slots.values())
     effects = _release_all(w)
     wait = w.admission_failed(now)
@@ -283,21 +298,21 @@ def _admission_timed_out(w: Workload, e: AdmissionTimedOut, now: float) -> list[
         w,
         State.QUEUED,
         now,
-        f"placement group not ready after {w.spec.admission_timeout:g}s on {nodes} (Ray could not "
-        "reserve the resources there: used by work outside kai-ray?); re-queued, next try "
+        f"{words.reservation} not ready after {w.spec.admission_timeout:g}s on {nodes} ({words.backend} "
+        "could not reserve the resources there: used by work outside kai-ray?); re-queued, next try "
         f"in {wait:g}s ({w.failed_admissions} failed in a row)",
     )
     return effects
 
 
-def _surplus_ready(w: Workload, e: SurplusReady, now: float) -> list[Effect]:
+def _surplus_ready(w: Workload, e: SurplusReady, now: float, words: Words) -> list[Effect]:
     slot = w.slots.get(e.task)
     if slot is not None and slot.state is SlotState.RESERVING:
         slot.move(SlotState.READY)
     return []
 
 
-def _surplus_due(w: Workload, e: SurplusDue, now: float) -> list[Effect]:
+def _surplus_due(w: Workload, e: SurplusDue, now: float, words: Words) -> list[Effect]:
     slot = w.slots.pop(e.task, None)
     if slot is None:
         return []
@@ -305,7 +320,7 @@ def _surplus_due(w: Workload, e: SurplusDue, now: float) -> list[Effect]:
     return [Release(slot.group, kill=w.spec.kind == "block")]
 
 
-def _evict(w: Workload, e: Evict, now: float) -> list[Effect]:
+def _evict(w: Workload, e: TasksEvicted, now: float, words: Words) -> list[Effect]:
     if not any(t in w.slots and not w.slots[t].surplus for t in e.tasks):
         # Only elastic surplus: each is taken back after the grace period, the rest runs.
         for t in sorted(e.tasks & w.slots.keys()):
@@ -323,11 +338,11 @@ def _evict(w: Workload, e: Evict, now: float) -> list[Effect]:
     _move(w, State.PREEMPTING, now, f"preempted ({e.why}); stopping at the deadline")
     notice = Notify({"reason": e.why, "deadline": w.deadline, "attempt": w.attempt})
     if w.deadline <= now:
-        return [notice, *_grace_over(w, GraceOver(), now)]
+        return [notice, *_grace_over(w, GraceOver(), now, words)]
     return [notice]
 
 
-def _grace_over(w: Workload, e: GraceOver, now: float) -> list[Effect]:
+def _grace_over(w: Workload, e: GraceOver, now: float, words: Words) -> list[Effect]:
     why = w.reason.removesuffix("; stopping at the deadline")
     effects = _release_all(w)
     if w.spec.on_preempt == "fail":
@@ -338,38 +353,41 @@ def _grace_over(w: Workload, e: GraceOver, now: float) -> list[Effect]:
     return effects
 
 
-def _nodes_lost(w: Workload, e: NodesLost, now: float) -> list[Effect]:
+def _nodes_lost(w: Workload, e: NodesLost, now: float, words: Words) -> list[Effect]:
     lost_gang = {s.node for s in w.slots.values() if not s.surplus} & e.nodes
     if w.state is State.ADMITTING:
         lost_gang = {s.node for s in w.slots.values()} & e.nodes
     if not lost_gang:  # only surplus workers were there: the rest runs on
         gone = [t for t, s in w.slots.items() if s.node in e.nodes]
-        return [eff for t in gone for eff in _surplus_due(w, SurplusDue(t), now)]
+        return [eff for t in gone for eff in _surplus_due(w, SurplusDue(t), now, words)]
     effects = _release_all(w)
     _move(w, State.QUEUED, now, f"{describe_nodes(lost_gang)} left the cluster; re-queued")
     return effects
 
 
-def _groups_lost(w: Workload, e: GroupsLost, now: float) -> list[Effect]:
+def _groups_lost(w: Workload, e: GroupsLost, now: float, words: Words) -> list[Effect]:
     effects = _release_all(w)
     _move(
-        w, State.QUEUED, now, f"placement group {e.group} was lost while the scheduler restarted; re-queued"
+        w,
+        State.QUEUED,
+        now,
+        f"{words.reservation} {e.group} was lost while the scheduler restarted; re-queued",
     )
     return effects
 
 
-def _started(w: Workload, e: Started, now: float) -> list[Effect]:
+def _started(w: Workload, e: Started, now: float, words: Words) -> list[Effect]:
     w.submission_id = e.run_id
     w.failed_admissions, w.retry_at = 0, None  # its run started: the back-off starts over
     return []
 
 
-def _runner_started(w: Workload, e: RunnerStarted, now: float) -> list[Effect]:
+def _runner_started(w: Workload, e: RunnerStarted, now: float, words: Words) -> list[Effect]:
     w.runner = dict(e.runner)
     return []
 
 
-def _finished(w: Workload, e: Finished, now: float) -> list[Effect]:
+def _finished(w: Workload, e: Finished, now: float, words: Words) -> list[Effect]:
     w.runner = None  # its code returned: the process is the backend's again, not ours to kill
     effects = _release_all(w)
     w.error = e.error
@@ -377,13 +395,13 @@ def _finished(w: Workload, e: Finished, now: float) -> list[Effect]:
     return effects
 
 
-def _cancel(w: Workload, e: Cancel, now: float) -> list[Effect]:
+def _cancel(w: Workload, e: Cancel, now: float, words: Words) -> list[Effect]:
     effects = _release_all(w)
     _move(w, State.CANCELLED, now, e.reason)
     return effects
 
 
-def _action_failed(w: Workload, e: ActionFailed, now: float) -> list[Effect]:
+def _action_failed(w: Workload, e: ActionFailed, now: float, words: Words) -> list[Effect]:
     effects = _release_all(w)
     if e.permanent:
         w.error = e.text
@@ -443,8 +461,8 @@ HANDLERS: dict[tuple[State, type], Handler] = {
     (State.ADMITTING, AdmissionTimedOut): _admission_timed_out,
     (State.RUNNING, SurplusReady): _surplus_ready,
     (State.RUNNING, SurplusDue): _surplus_due,
-    (State.ADMITTING, Evict): _evict,
-    (State.RUNNING, Evict): _evict,
+    (State.ADMITTING, TasksEvicted): _evict,
+    (State.RUNNING, TasksEvicted): _evict,
     (State.PREEMPTING, GraceOver): _grace_over,
     (State.RUNNING, Started): _started,
     (State.ADMITTING, RunnerStarted): _runner_started,

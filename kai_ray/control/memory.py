@@ -1,5 +1,5 @@
-"""In-memory implementations of the ports: a cluster, an actuator, a store and a clock
-that live in this process. The controller's tests run on them, and so can a simulator:
+"""In-memory implementations of the workload table's ports: nodes, an executor, a store
+and a clock that live in this process. The controller's tests run on them, and so can a simulator:
 nothing here is a stand-in for a test only. Failures can be injected per workload."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from kai_ray.control.ports import Record, StoreConflict, WorkerPlacement
 from kai_ray.control.workload import group_owner
 from kai_ray.core import NodeInfo
 
-__all__ = ["ManualClock", "MemoryActuator", "MemoryCluster", "MemoryStore"]
+__all__ = ["ManualClock", "MemoryExecutor", "MemoryNodes", "MemoryStore"]
 
 
 @dataclass
@@ -29,7 +29,7 @@ class ManualClock:
 
 
 @dataclass
-class MemoryCluster:
+class MemoryNodes:
     """Nodes as given; `outside` (node -> core resource -> amount) is work this
     scheduler does not manage, reported as NodeInfo.used_outside."""
 
@@ -46,7 +46,7 @@ class MemoryCluster:
 
 
 @dataclass
-class MemoryActuator:
+class MemoryExecutor:
     """Reservations that become ready at once (unless `ready` is False), runs whose
     status a test sets, and a log of every call. `fail_*`: exceptions to raise, by the
     workload id that a group name or workload carries (a list: one per call)."""
@@ -96,8 +96,9 @@ class MemoryActuator:
     def run_status(self, run_id: str) -> str:
         return self.runs.get(run_id, "UNKNOWN")
 
-    def run_outcome(self, run_id: str) -> str:
-        return "exit code 3" if self.runs.get(run_id) == "FAILED" else ""
+    def run_outcome(self, run_id: str, status: str) -> str:
+        detail = " (exit code 3)" if self.runs.get(run_id) == "FAILED" else ""
+        return f"run {run_id} {status}{detail}"
 
     def stop(self, runner: Mapping[str, Any] | None, run_id: str) -> None:
         self.stopped.append((dict(runner) if runner else None, run_id))

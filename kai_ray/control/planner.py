@@ -36,6 +36,12 @@ class JobPlan:
     def evicted_tasks(self) -> frozenset[str]:
         return frozenset(e.task for e in self.evicted) | frozenset(e.task for e, _ in self.moved)
 
+    @property
+    def eviction_reason(self) -> str:
+        """Why the job loses tasks, for people: the first eviction's action and reason."""
+        first = (self.evicted or [e for e, _ in self.moved])[0]
+        return f"{first.action}: {first.reason}"
+
 
 @dataclass(slots=True)
 class Plan:

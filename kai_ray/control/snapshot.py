@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from kai_ray.control.workload import HOLDING, SlotState, State, Workload
-from kai_ray.core import JobInfo, NodeInfo, Request, TaskInfo, TaskStatus, TopologyConstraint
+from kai_ray.core import JobInfo, NodeInfo, Request, TaskInfo, TaskStatus, TopologyConstraint, device_share
 from kai_ray.core.quantity import parse_quantity
 
 __all__ = [
@@ -186,7 +186,8 @@ def held_by_workloads(
         request = request_of(w) if request_of is not None else request_for(w.spec.resources_per_worker)
         for s in w.slots.values():
             node = nodes.get(s.node)
-            gpu = request.gpu_fraction(node.gpu_memory) if node is not None else request.gpu
+            # On a node it does not know, no device sizes a memory slice: its gpu figure.
+            gpu = device_share(request, node.gpu_memory) if node is not None else request.gpu
             amounts = (("gpu", gpu), ("cpu", request.cpu), ("memory", request.memory), *request.extended)
             for name, amount in amounts:
                 if amount > 0:

@@ -1,7 +1,9 @@
 """What the scheduler refuses before anything is queued, with the field and the fix in
-the message. One place for every backend (Ray's submit, Kubernetes' pods, scenario files'
-job entries), so that a rule and its words exist once; the core keeps only a defensive
-check of its own inputs (an unknown queue there makes the job `invalid`).
+the message. The rules a workload's fields must keep are stated once, for every front
+end: its queue (core.queues.leaf_queue_problem: the core leaves a Kubernetes gang in a
+missing queue out of the cycle with the same words), its priority class and
+preemptibility (config.priority: Ray's submissions, scenario files and Kubernetes'
+labels), and here its size, strategy and whether the cluster could ever hold it.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from collections.abc import Iterable, Sequence
 
 from kai_ray.control.snapshot import job_info, parse_resources, request_for
 from kai_ray.control.workload import Workload, WorkloadSpec
-from kai_ray.core import NodeInfo, QueueInfo, Request, gang_never_fits
+from kai_ray.core import NodeInfo, QueueInfo, Request, device_share, gang_never_fits
+from kai_ray.core.queues import leaf_queue_problem, listing
 
 __all__ = [
     "STRATEGIES",
@@ -31,19 +34,9 @@ class SubmitError(ValueError):
 
 
 def queue_problem(name: str, queues: Sequence[QueueInfo]) -> str:
-    """Why a workload may not go to queue `name` ("" when it may): it must exist and be
-    a leaf (jobs run in leaf queues; parents only share quota out)."""
-    parents = {q.parent for q in queues if q.parent is not None}
-    leaves = [q.name for q in queues if q.name not in parents]
-    if name not in {q.name for q in queues}:
-        return f"queue {name!r} does not exist; use one of the leaf queues ({listing(leaves)})"
-    if name in parents:
-        children = listing([q.name for q in queues if q.parent == name])
-        return (
-            f"queue {name!r} has child queues ({children}); only leaf queues hold jobs: "
-            "put the job in one of them"
-        )
-    return ""
+    """Why a workload may not go to queue `name` ("" when it may): the core's rule
+    (leaf_queue_problem), on the queues as given."""
+    return leaf_queue_problem(name, {q.name: q.parent for q in queues})
 
 
 def validate_spec(
@@ -104,7 +97,7 @@ def largest_fit(request: Request, nodes: Iterable[NodeInfo]) -> str | None:
     if not nodes:
         return "the cluster has no schedulable nodes"
     for n in nodes:
-        gpu = request.gpu_fraction(n.gpu_memory) if request.gpu_memory else request.gpu
+        gpu = device_share(request, n.gpu_memory)
         ext = dict(n.extended)
         if (
             gpu <= n.gpus
@@ -129,11 +122,3 @@ def _describe(r: Request) -> str:
         parts.append(f"memory {r.memory:g}B")
     parts += [f"{k} {v:g}" for k, v in r.extended]
     return ", ".join(parts)
-
-
-def listing(names: Sequence[str], most: int = 12) -> str:
-    """`a, b, c`, shortened for long lists; `none` for an empty one."""
-    if not names:
-        return "none"
-    shown = ", ".join(names[:most])
-    return shown + (f", ... ({len(names)} in all)" if len(names) > most else "")

@@ -6,14 +6,109 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from kai_ray.control.snapshot import request_for
 from kai_ray.control.workload import HOLDING, SlotState, State, Workload
-from kai_ray.core import RESOURCES, QueueInfo, QueueStatus
+from kai_ray.core import RESOURCES, NodeInfo, QueueInfo, QueueStatus
 
-__all__ = ["queue_views", "share_standing", "worker_signature", "workload_view"]
+__all__ = [
+    "History",
+    "Holding",
+    "WorkloadView",
+    "owned_view",
+    "queue_views",
+    "share_standing",
+    "worker_signature",
+    "workload_view",
+]
 
 _EPS = 1e-6
+History = Sequence[tuple[float, str, str, str]]  # (at, from state, to state, why)
+
+
+@dataclass(frozen=True, slots=True)
+class Holding:
+    """What one worker of a workload holds on a node: `gpu` devices (a fraction below 1,
+    memory-sized fractions already turned into the node's share), on device `device`
+    when the backend knows it (Kubernetes' GPU sharing)."""
+
+    node: str
+    gpu: float
+    cpu: float
+    memory: float
+    device: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadView:
+    """A workload as people see it, the same from every backend (the dashboard's row):
+    a workload the scheduler owns (owned_view), or one whose lifecycle a backend's API
+    server holds (kai_ray.control.observed)."""
+
+    id: str
+    name: str
+    kind: str  # function, block or job (Ray); RayCluster, RayJob, ... (Kubernetes)
+    queue: str
+    priority: int
+    priority_class: str
+    preemptible: bool
+    state: str  # a State's value
+    reason: str
+    reason_code: str  # while queued: the stable code of the core's reason
+    created_at: float
+    since: float  # in this state since
+    queued_at: float  # when it last entered Queued
+    workers: int  # admitted now
+    min_workers: int  # the gang
+    max_workers: int
+    gpus_per_worker: float
+    gpus: float  # held now
+    nodes: tuple[str, ...]
+    preemptions: int
+    history: History
+    holdings: tuple[Holding, ...] = ()
+
+
+def owned_view(w: Workload, nodes: Mapping[str, NodeInfo]) -> WorkloadView:
+    """A workload of the scheduler's own table, as people see it."""
+    spec = w.spec
+    per_worker = float(spec.resources_per_worker.get("GPU", 0.0))
+    return WorkloadView(
+        id=w.id,
+        name=spec.name or w.id,
+        kind=spec.kind,
+        queue=spec.queue,
+        priority=spec.priority,
+        priority_class=spec.priority_class,
+        preemptible=spec.preemptible,
+        state=w.state.value,
+        reason=w.reason,
+        reason_code=w.reason_code if w.state is State.QUEUED else "",
+        created_at=w.created_at,
+        since=w.since,
+        queued_at=w.queued_at,
+        workers=len(w.slots),
+        min_workers=spec.gang,
+        max_workers=spec.workers,
+        gpus_per_worker=per_worker,
+        gpus=per_worker * len(w.slots) if w.state in HOLDING else 0.0,
+        nodes=tuple(sorted({s.node for s in w.slots.values()})),
+        preemptions=w.preemptions,
+        history=w.history,
+        holdings=_owned_holdings(w, nodes) if w.state in HOLDING else (),
+    )
+
+
+def _owned_holdings(w: Workload, nodes: Mapping[str, NodeInfo]) -> tuple[Holding, ...]:
+    request = request_for(w.spec.resources_per_worker)
+    out = []
+    for s in w.slots.values():
+        node = nodes.get(s.node)
+        gpu = request.gpu_fraction(node.gpu_memory) if node is not None else request.gpu
+        out.append(Holding(s.node, gpu, request.cpu, request.memory))
+    return tuple(out)
 
 
 def workload_view(w: Workload, pos: tuple[int, int] | None) -> dict[str, Any]:

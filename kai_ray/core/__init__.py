@@ -2,6 +2,7 @@
 
 from kai_ray.core.cycle import run_cycle
 from kai_ray.core.emptyfit import NEVER_FITS, EmptyRoom, empty_room, gang_never_fits
+from kai_ray.core.gpushare import device_share
 from kai_ray.core.incremental import CycleCache
 from kai_ray.core.model import (
     CPU,
@@ -66,6 +67,7 @@ __all__ = [
     "TaskStatus",
     "Topology",
     "TopologyConstraint",
+    "device_share",
     "empty_room",
     "format_bytes",
     "gang_never_fits",

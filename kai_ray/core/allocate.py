@@ -9,7 +9,7 @@ from itertools import repeat
 from kai_ray.core.capacity import capacity_problem, capped
 from kai_ray.core.cluster import Job, Task
 from kai_ray.core.context import CycleContext
-from kai_ray.core.failures import FailedSearches, search_key
+from kai_ray.core.failedsearches import FailedSearches, search_key
 from kai_ray.core.model import Reason
 from kai_ray.core.reasons import explain_unplaced
 from kai_ray.core.settling import SureToFail

@@ -9,7 +9,7 @@ import numpy as np
 from kai_ray.core.capacity import capacity_problem
 from kai_ray.core.cluster import EPS, Job, Task
 from kai_ray.core.context import CycleContext
-from kai_ray.core.failures import FailedSearches, search_key
+from kai_ray.core.failedsearches import FailedSearches, search_key
 from kai_ray.core.settling import each_waiting_gang
 from kai_ray.core.victims import Unit, evict_unit, victim_units
 

@@ -10,12 +10,12 @@ from kai_ray.core.capacity import capped
 from kai_ray.core.cluster import ClusterState, FloatArray, Job, Task
 from kai_ray.core.fairshare import FairShares
 from kai_ray.core.hooks import ShareRows
+from kai_ray.core.incremental.waitingline import WaitingLine
 from kai_ray.core.jobqueues import JobQueues, line_entries
 from kai_ray.core.model import SchedulerConfig
 from kai_ray.core.placement import Placer
 from kai_ray.core.policy import DEFAULT_POLICY, Policy, QueueRank, allocate_count, tasks_to_allocate
 from kai_ray.core.statement import Statement
-from kai_ray.core.waitingline import WaitingLine
 
 __all__ = ["CycleContext"]
 
@@ -31,8 +31,8 @@ class CycleContext:
     stmt: Statement  # every change of the cycle, why each job waits included
     policy: Policy = DEFAULT_POLICY
     rows: ShareRows | None = None
-    # The jobs waiting as the cycle began, in line (waitingline.py): a cycle cache's, or
-    # made when first asked for while the cycle has changed nothing yet.
+    # The jobs waiting as the cycle began, in line (incremental/waitingline.py): a cycle
+    # cache's, or made when first asked for while the cycle has changed nothing yet.
     line: WaitingLine | None = None
     # A job's next request, while it waits in a JobQueues (its tasks do not change there).
     _next_amount: dict[int, list[float]] = field(default_factory=dict)

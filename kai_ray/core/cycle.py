@@ -9,7 +9,8 @@ from collections.abc import Callable, Collection, Iterator
 import numpy as np
 
 from kai_ray.core.allocate import allocate
-from kai_ray.core.cluster import ClusterState, FloatArray, Job, build_state, cluster_total
+from kai_ray.core.build import build_state
+from kai_ray.core.cluster import ClusterState, FloatArray, Job, cluster_total
 from kai_ray.core.context import CycleContext
 from kai_ray.core.evictions import EVICTION_ACTIONS
 from kai_ray.core.fairshare import FairShares, compute_fair_shares
@@ -64,7 +65,7 @@ def run_cycle(
     `pause_gc`: pause Python's cyclic garbage collector for the cycle (paused_collection);
     it is process state, so only the caller may choose it.
     `cache`: keep the working state for the next cycle and patch it with what changed
-    (incremental.py): the same result at the cost of what changed. `changed` names the
+    (incremental/): the same result at the cost of what changed. `changed` names the
     jobs whose JobInfo was modified in place (a new JobInfo object needs no naming)."""
     with paused_collection() if pause_gc else contextlib.nullcontext():
         ctx = prepare_cycle(snapshot, config, now, policy, cache=cache, changed=changed)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kai_ray.core.cluster import EPS, BoolArray, FloatArray, Nodes, node_demand
+from kai_ray.core.gpushare import device_shares
 from kai_ray.core.model import JobInfo, NodeInfo, Request, TaskStatus
 from kai_ray.core.nodesets import Domains, domain_ids, selector_mask
 from kai_ray.core.words import count, gang_words, level_noun
@@ -129,13 +130,13 @@ def _tasks_per_node(nodes: Nodes, request: Request) -> FloatArray:
 
 
 def _per_device(nodes: Nodes, request: Request) -> FloatArray:
-    """Tasks of a fractional request one device holds (0 where a device is too small)."""
-    if request.gpu_memory <= 0:
-        return np.full(len(nodes), float(math.floor((1 + EPS) / request.gpu)))
-    memory = nodes.device_memory
-    large = memory >= request.gpu_memory - EPS
-    share = request.gpu_memory / np.maximum(memory, 1.0)
-    return np.where(large, np.floor((1 + EPS) / np.maximum(share, EPS)), 0.0)
+    """Tasks of a fractional request one device holds (0 where a device is too small for
+    a memory slice)."""
+    share = np.broadcast_to(device_shares(request, nodes.device_memory), (len(nodes),))
+    per: FloatArray = np.floor((1 + EPS) / np.maximum(share, EPS))
+    if request.gpu_memory > 0:
+        per = np.where(nodes.device_memory >= request.gpu_memory - EPS, per, 0.0)
+    return per
 
 
 def _arrays(nodes: Sequence[NodeInfo], requests: Sequence[Request]) -> Nodes:

@@ -2,8 +2,8 @@
 preempt (inside one queue) and stale-gang eviction. Consolidation: consolidation.py.
 
 Reclaim and preempt walk the jobs whose gang is incomplete in queue order. For each they
-build a `Plan` (whose work it may take: the policy's eligibility hooks; how long min
-runtime protects it; what the state must keep once the job is placed) and hand it to
+build a `VictimSearch` (whose work it may take: the policy's eligibility hooks; how long
+min runtime protects it; what the state must keep once the job is placed) and hand it to
 `make_room`, which searches inside the Statement: a failed search leaves no trace, not
 even in the job's reason, unless what blocked it is worth saying (min runtime).
 """
@@ -27,7 +27,7 @@ from kai_ray.core.capacity import (
 from kai_ray.core.cluster import EPS, Job, Task
 from kai_ray.core.consolidation import consolidate
 from kai_ray.core.context import CycleContext
-from kai_ray.core.failures import FailedSearches, FailureKey, search_key
+from kai_ray.core.failedsearches import FailedSearches, FailureKey, search_key
 from kai_ray.core.hooks import ReclaimSides
 from kai_ray.core.model import Reason, TaskStatus
 from kai_ray.core.settling import each_waiting_gang
@@ -44,7 +44,7 @@ from kai_ray.core.victims import (
 )
 from kai_ray.core.words import agree, count, number
 
-__all__ = ["EVICTION_ACTIONS", "Plan", "make_room", "preempt", "reclaim", "stale_gang_eviction"]
+__all__ = ["EVICTION_ACTIONS", "VictimSearch", "make_room", "preempt", "reclaim", "stale_gang_eviction"]
 
 
 def _always() -> bool:
@@ -52,8 +52,9 @@ def _always() -> bool:
 
 
 @dataclass(frozen=True, slots=True)
-class Plan:
-    """How one eviction action may make room for one job."""
+class VictimSearch:
+    """The terms of one search for victims: how one eviction action may make room for
+    one job."""
 
     action: str
     victims: Callable[[], list[Unit]]  # the candidates in victim order, built when a search runs
@@ -81,30 +82,30 @@ class _Candidates:
         return self._units
 
 
-def make_room(ctx: CycleContext, job: Job, plan: Plan, failed: FailedSearches) -> bool:
-    """Place the job's missing gang, evicting what the plan allows; all or nothing."""
+def make_room(ctx: CycleContext, job: Job, search: VictimSearch, failed: FailedSearches) -> bool:
+    """Place the job's missing gang, evicting what the search allows; all or nothing."""
     gang = job.missing()
     if not gang or len(gang) < job.gang - job.active_count:
         return False
-    key = search_key(job, gang, plan.action)
+    key = search_key(job, gang, search.action)
     if failed.known(key):
         _say(ctx, job, failed.reason(key))
         return False
-    victims = plan.victims()
+    victims = search.victims()
     protected: list[Unit] = []  # candidates that only their min runtime kept
 
     def allowed(u: Unit) -> bool:
-        if not plan.eligible(u):
+        if not search.eligible(u):
             return False
-        if ctx.policy.min_runtime_protects(u, plan.min_runtime(u), ctx.now):
+        if ctx.policy.min_runtime_protects(u, search.min_runtime(u), ctx.now):
             protected.append(u)
             return False
         return True
 
-    if _attempt(ctx, job, gang, victims, plan, allowed):
+    if _attempt(ctx, job, gang, victims, search, allowed):
         failed.clear()  # room moved: an earlier failure may succeed now
         return True
-    reason = _min_runtime_blocks(ctx, job, gang, victims, plan) if protected else None
+    reason = _min_runtime_blocks(ctx, job, gang, victims, search) if protected else None
     failed.add(key, reason)
     _say(ctx, job, reason)
     return False
@@ -116,18 +117,18 @@ def _say(ctx: CycleContext, job: Job, reason: Reason | None) -> None:
 
 
 def _attempt(
-    ctx: CycleContext, job: Job, gang: list[Task], victims: list[Unit], plan: Plan, allowed: Allowed
+    ctx: CycleContext, job: Job, gang: list[Task], victims: list[Unit], search: VictimSearch, allowed: Allowed
 ) -> bool:
     """One try: room for the gang (victims where it lacks room), then the queue limits
-    with the victims gone, then the plan's own rule. Rolled back unless all hold."""
+    with the victims gone, then the search's own rule. Rolled back unless all hold."""
     amount = ctx.amount(gang)
     over_before = capacity_problem(ctx.state, ctx.shares, job, amount) is not None
     if over_before and not _may_shed(ctx, job, amount, victims, allowed):
         return False
     start = ctx.stmt.checkpoint()
-    if not free_room_for(ctx, gang, victims, allowed, plan.action, plan.evict_reason, plan.giving):
+    if not free_room_for(ctx, gang, victims, allowed, search.action, search.evict_reason, search.giving):
         return False
-    if (over_before and not _shed(ctx, job, amount, victims, allowed, plan)) or not plan.holds():
+    if (over_before and not _shed(ctx, job, amount, victims, allowed, search)) or not search.holds():
         ctx.stmt.rollback(start)
         return False
     if not job.pending():
@@ -159,7 +160,12 @@ def _may_shed(ctx: CycleContext, job: Job, amount: np.ndarray, victims: list[Uni
 
 
 def _shed(
-    ctx: CycleContext, job: Job, amount: np.ndarray, victims: list[Unit], allowed: Allowed, plan: Plan
+    ctx: CycleContext,
+    job: Job,
+    amount: np.ndarray,
+    victims: list[Unit],
+    allowed: Allowed,
+    search: VictimSearch,
 ) -> bool:
     """With the job placed: take further victims under the queues still over their limit,
     next in victim order each time, until none is; keep the fewest."""
@@ -168,16 +174,16 @@ def _shed(
     start = ctx.stmt.checkpoint()
     taken: list[Unit] = []
     while over:
-        u = next_victim(victims, functools.partial(_helps, over, ancestors, allowed), plan.giving)
+        u = next_victim(victims, functools.partial(_helps, over, ancestors, allowed), search.giving)
         if u is None:
             ctx.stmt.rollback(start)
             return False
-        evict_unit(ctx, u, plan.action, plan.evict_reason(u))
+        evict_unit(ctx, u, search.action, search.evict_reason(u))
         taken.append(u)
         over = over_limit(state, job, amount)
     if taken:
         keep_fewest(
-            ctx, start, taken, plan.action, plan.evict_reason, lambda: not over_limit(state, job, amount)
+            ctx, start, taken, search.action, search.evict_reason, lambda: not over_limit(state, job, amount)
         )
     return True
 
@@ -191,22 +197,22 @@ def _helps(over: list[int], ancestors: tuple[tuple[int, ...], ...], allowed: All
 
 
 def _min_runtime_blocks(
-    ctx: CycleContext, job: Job, gang: list[Task], victims: list[Unit], plan: Plan
+    ctx: CycleContext, job: Job, gang: list[Task], victims: list[Unit], search: VictimSearch
 ) -> Reason | None:
     """When the search would succeed if min runtime protected nothing, that is what
     blocks the job: say so, and when the last victim it needs may be taken."""
     live_before = [u for u in victims if u.live()]
     start = ctx.stmt.checkpoint()
-    if not _attempt(ctx, job, gang, victims, plan, plan.eligible):
+    if not _attempt(ctx, job, gang, victims, search, search.eligible):
         return None
     protects, now = ctx.policy.min_runtime_protects, ctx.now
-    needed = [u for u in live_before if not u.live() and protects(u, plan.min_runtime(u), now)]
+    needed = [u for u in live_before if not u.live() and protects(u, search.min_runtime(u), now)]
     ctx.stmt.rollback(start)
     if not needed:
         return None
-    wait = max(plan.min_runtime(u) - (now - u.job.running_since()) for u in needed)
+    wait = max(search.min_runtime(u) - (now - u.job.running_since()) for u in needed)
     jobs = len({id(u.job) for u in needed})
-    doing = "preempting" if plan.action == "preempt" else "reclaiming"
+    doing = "preempting" if search.action == "preempt" else "reclaiming"
     return Reason(
         "min-runtime",
         f"no free room; {doing} would make room, but {count(jobs, 'running job')} it would take "
@@ -224,7 +230,7 @@ def preempt(ctx: CycleContext) -> None:
 
     def step(job: Job) -> None:
         ctx.stmt.default_reason(job.name, functools.partial(_no_lower_priority, ctx, job))
-        make_room(ctx, job, _preempt_plan(ctx, job, candidates), failed)
+        make_room(ctx, job, _preempt_search(ctx, job, candidates), failed)
 
     each_waiting_gang(ctx, "preempt", failed, step, idle=functools.partial(_said_already, ctx, failed))
 
@@ -235,10 +241,10 @@ def _no_lower_priority(ctx: CycleContext, job: Job) -> Reason:
     return Reason("no-room", text)
 
 
-def _preempt_plan(ctx: CycleContext, job: Job, candidates: _Candidates) -> Plan:
+def _preempt_search(ctx: CycleContext, job: Job, candidates: _Candidates) -> VictimSearch:
     tree, may_preempt = ctx.state.tree, ctx.policy.may_preempt
     reason = f"preempted by {job.name} in {tree.names[job.queue]}"
-    return Plan(
+    return VictimSearch(
         action="preempt",
         victims=lambda: [u for u in candidates.units if may_preempt(job, u.job)],
         eligible=lambda u: True,
@@ -303,7 +309,7 @@ def _reclaim_for(
             f"{describe_amount(shares.fair_share[q])}, allocated {describe_amount(mine_before[q])})"
         )
 
-    plan = Plan(
+    search = VictimSearch(
         action="reclaim",
         victims=lambda: [u for u in candidates.units if policy.may_reclaim_from(job, u.job)],
         eligible=eligible,
@@ -312,7 +318,7 @@ def _reclaim_for(
         giving=giving,
         holds=lambda: policy.reclaim_keeps_bounds(state, shares, job),
     )
-    return make_room(ctx, job, plan, failed)
+    return make_room(ctx, job, search, failed)
 
 
 def _over_share_reason(ctx: CycleContext, job: Job, amount: np.ndarray) -> Reason:

@@ -1,5 +1,6 @@
 """The data the policy hooks take: shared by the actions (which fill it) and the policy
-(which reads it), so neither has to import the other."""
+(which reads it), so neither has to import the other. The hooks themselves, and the
+contract they keep (what search keys and job keys must hold): `Policy` in policy.py."""
 
 from __future__ import annotations
 

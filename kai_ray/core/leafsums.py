@@ -1,35 +1,34 @@
 """A leaf queue's own figures (allocated, non-preemptible, requested) from its tasks.
 
-Most tasks count the same amount against their queue wherever they run (one per
-request), so a queue's figures are sums of amount x number of tasks, per amount. Both
-the full build (cluster.py) and the cycle cache (incremental.py) add those products in
-one canonical order, `add_groups`: then a figure has the same bits however it was come
-to, and the cache can keep the counts per queue (`LeafSums`), so that a job coming or
-going costs its tasks, not its queue's thousand. Tasks whose amount depends on the node
-(gpu-memory slices) are summed one by one, in job order, before the groups; in a queue
-with such tasks, those are summed from its jobs again when it changes.
+Which tasks count, and as what: accounting.py. Most tasks count the same amount against
+their queue wherever they run (one per request), so a queue's figures are sums of amount
+x number of tasks, per amount. Both the full build (build.py) and the cycle cache
+(incremental/) add those products in one canonical order, `add_groups`: then a figure
+has the same bits however it was come to, and the cache can keep the counts per queue
+(`LeafSums`), so that a job coming or going costs its tasks, not its queue's thousand.
+Tasks whose amount depends on the node (gpu-memory slices) are summed one by one, in job
+order, before the groups; in a queue with such tasks, those are summed from its jobs
+again when it changes.
+
+It lives beside the full build, not in incremental/: the full build sums with it too,
+and the reference must not depend on the cache.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING
 
 import numpy as np
-import numpy.typing as npt
 
-from kai_ray.core.model import TaskStatus
-
-if TYPE_CHECKING:
-    from kai_ray.core.cluster import ClusterState, Job
+from kai_ray.core.accounting import QueueCount, queue_count
+from kai_ray.core.cluster import ClusterState, FloatArray, Job
 
 __all__ = ["AmountKey", "LeafSums", "add_groups"]
 
-FloatArray = npt.NDArray[np.float64]
 AmountKey = tuple[float, ...]  # a shared amount's values: equal amounts are one group
 Held = tuple[AmountKey, bool]  # and whether its tasks are non-preemptible
 
-_PENDING, _RELEASING = TaskStatus.PENDING, TaskStatus.RELEASING
+_REQUESTED, _ALLOCATED = QueueCount.REQUESTED, QueueCount.ALLOCATED
 
 
 def add_groups(
@@ -87,10 +86,11 @@ class LeafSums:
             return
         pending, held = self.pending[q], self.held[q]
         for t in job.tasks:
-            if t.status is _PENDING:
+            counted = queue_count(t.status, t.node >= 0)
+            if counted is _REQUESTED:
                 group: dict[object, int] = pending  # type: ignore[assignment]
                 key: object = None if t.amount is None else self._key(t.amount)
-            elif t.node >= 0 and t.status is not _RELEASING:
+            elif counted is _ALLOCATED:
                 group = held  # type: ignore[assignment]
                 key = None if t.amount is None else (self._key(t.amount), np_)
             else:
@@ -122,9 +122,10 @@ class LeafSums:
                 for t in job.tasks:
                     if t.amount is not None:
                         continue  # counted in the groups
-                    if t.status is _PENDING:
+                    counted = queue_count(t.status, t.node >= 0)
+                    if counted is _REQUESTED:
                         requested += state.queue_amount(t)
-                    elif t.node >= 0 and t.status is not _RELEASING:
+                    elif counted is _ALLOCATED:
                         amount = state.queue_amount(t, t.node)
                         allocated += amount
                         requested += amount

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from kai_ray.core.gpushare import device_share, shares_device
+
 __all__ = [
     "CPU",
     "DEFAULT_ACTIONS",
@@ -66,13 +68,17 @@ class TaskStatus(enum.Enum):
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
 
+    # Which tasks count where, for the statuses; accounting.py applies it to the cycle's
+    # working state, for the full build and the cycle cache alike.
     @property
     def holds_capacity(self) -> bool:
+        """Holds what it asked for on its node (a releasing task, until it is gone)."""
         return self in _HOLDING
 
     @property
     def is_active(self) -> bool:
-        """Counts toward the gang (minMember) and toward the queue's allocation."""
+        """Counts toward the gang (minMember) and toward the queue's allocation:
+        releasing tasks do not."""
         return self in _ACTIVE
 
 
@@ -93,13 +99,12 @@ class Request:
     @property
     def is_fractional(self) -> bool:
         """Shares one device with others (a gpu fraction or a slice of gpu memory)."""
-        return self.gpu_memory > 0 or 0 < self.gpu < 1
+        return shares_device(self)
 
     def gpu_fraction(self, device_memory: float) -> float:
-        """The share of one device this request takes on a node with that device memory."""
-        if self.gpu_memory > 0:
-            return min(1.0, self.gpu_memory / device_memory) if device_memory > 0 else 1.0
-        return self.gpu
+        """The share of one device this request takes on a node with that device memory
+        (the rule: gpushare.py)."""
+        return device_share(self, device_memory)
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,7 +226,7 @@ class SchedulerConfig:
     full_hierarchy_fairness: bool = True
     topologies: Mapping[str, Topology] = field(default_factory=dict)
     # Skip a search equivalent to one that already failed in this cycle (the same
-    # placement inputs, see failures.py). Off only to check that skipping changes nothing.
+    # placement inputs, see failedsearches.py). Off only to check that skipping changes nothing.
     skip_failed_searches: bool = True
 
 

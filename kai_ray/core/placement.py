@@ -9,6 +9,7 @@ from typing import TypeVar, cast
 import numpy as np
 
 from kai_ray.core.cluster import EPS, BoolArray, ClusterState, FloatArray, Job, Task
+from kai_ray.core.gpushare import device_shares
 from kai_ray.core.model import SchedulerConfig, TaskStatus, TopologyConstraint
 from kai_ray.core.nodeindex import GpuBuckets
 from kai_ray.core.nodesets import Domains, domain_ids, selector_mask
@@ -105,11 +106,8 @@ class Placer:
         return (nodes.frac_future >= need - EPS) | (whole >= 1 - EPS)
 
     def _fractions(self, task: Task) -> FloatArray | float:
-        req = task.request
-        if req.gpu_memory > 0:
-            mem = self.state.nodes.device_memory
-            return np.minimum(1.0, req.gpu_memory / np.maximum(mem, 1.0))
-        return req.gpu
+        """The task's share of one device, per node (gpushare.py)."""
+        return device_shares(task.request, self.state.nodes.device_memory)
 
     # ------------------------------------------------------------ scores
 

@@ -2,6 +2,8 @@
 
 The actions (allocate.py, evictions.py, victims.py) are algorithms and never import this
 module: they receive a `Policy` in the cycle context, so a rule changes here, not there.
+A hook keeps the contract written on `Policy`: the cycle's shortcuts and the cycle cache
+rely on it.
 
 Orderings:
 - job order inside a queue: higher priority; then, as KAI's elastic plugin, jobs short of
@@ -216,7 +218,31 @@ def reclaim_keeps_bounds(state: ClusterState, shares: FairShares, job: Job) -> b
 
 @dataclass(frozen=True, slots=True)
 class Policy:
-    """The hooks. Node scoring is configuration (binpack or spread, SchedulerConfig)."""
+    """The hooks. Node scoring is configuration (binpack or spread, SchedulerConfig).
+
+    The contract every hook keeps. A cycle skips searches whose outcome it knows, and
+    the cycle cache (incremental/) keeps work from one cycle to the next; both rely on:
+
+    - Search keys hold every input a hook reads. A search that failed is not run again
+      in the action for a job with the same key (failedsearches.search_key), and the
+      waiting line kept between cycles keeps its jobs' keys. The key holds what
+      placement reads and, per action, what of the pending job the eligibility hooks
+      read (failedsearches._VICTIM_INPUTS: preempt, its queue, priority and
+      preemptibility; reclaim, its queue and preemptibility). A hook that reads more of
+      the pending job (may_preempt, may_reclaim_from, may_reclaim,
+      reclaim_keeps_bounds) needs it added there.
+    - Job keys are functions of the job. `job_order` reads the job alone: its info, its
+      tasks' statuses, its order; never the time, the queues' usage or other jobs. The
+      cache keeps the waiting line sorted by these keys and keys again only the jobs
+      that came or went.
+
+    A hook that breaks either makes the cycle decide differently from one that runs
+    every search (SchedulerConfig.skip_failed_searches=False), and the cache decide
+    differently from the full rebuild, with no error of its own. With
+    KAI_RAY_CHECK_INCREMENTAL set (the test suite sets it) every cycle a backend runs
+    is decided both ways, and a difference raises IncrementalMismatch
+    (kai_ray/control/cycles.py).
+    """
 
     job_order: Callable[[Job], tuple[object, ...]] = job_order_key
     queue_rank: Callable[[ClusterState, ShareRows, int, Sequence[float]], QueueRank] = queue_rank

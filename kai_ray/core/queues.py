@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -10,13 +10,26 @@ import numpy.typing as npt
 
 from kai_ray.core.model import RESOURCES, UNLIMITED, QueueInfo
 
-__all__ = ["QueueTree", "QueueTreeError", "build_queue_tree", "resource_problem"]
+__all__ = [
+    "QueueTree",
+    "QueueTreeError",
+    "build_queue_tree",
+    "leaf_queue_problem",
+    "listing",
+    "resource_problem",
+    "tree_parents",
+]
 
 FloatArray = npt.NDArray[np.float64]
 
 
 class QueueTreeError(ValueError):
-    """An invalid queue tree; the message names the queue, the field and the fix."""
+    """An invalid queue tree; the message names the queue, the field and the fix, and
+    `queue` the queue at fault (a backend leaves that one out and keeps the others)."""
+
+    def __init__(self, message: str, queue: str) -> None:
+        super().__init__(message)
+        self.queue = queue
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +91,7 @@ def build_queue_tree(queues: Sequence[QueueInfo]) -> QueueTree:
     index: dict[str, int] = {}
     for i, q in enumerate(queues):
         if q.name in index:
-            raise QueueTreeError(f"queue {q.name!r}: the name is used twice; rename one of them")
+            raise QueueTreeError(f"queue {q.name!r}: the name is used twice; rename one of them", q.name)
         index[q.name] = i
     parent = tuple(_parent_index(q, index) for q in queues)
     children: list[list[int]] = [[] for _ in queues]
@@ -116,7 +129,8 @@ def _parent_index(q: QueueInfo, index: dict[str, int]) -> int:
     if q.parent not in index:
         raise QueueTreeError(
             f"queue {q.name!r}: parent {q.parent!r} does not exist; "
-            "define that queue or remove the parent field"
+            "define that queue or remove the parent field",
+            q.name,
         )
     return index[q.parent]
 
@@ -129,7 +143,8 @@ def _ancestors(i: int, parent: tuple[int, ...], queues: Sequence[QueueInfo]) -> 
             cycle = " -> ".join(queues[j].name for j in [*path, nxt])
             raise QueueTreeError(
                 f"queue {queues[i].name!r}: field parent makes a cycle ({cycle}); "
-                "the tree must end at a queue without a parent"
+                "the tree must end at a queue without a parent",
+                queues[i].name,
             )
         path.append(nxt)
     return tuple(path)
@@ -140,7 +155,7 @@ def _check_resources(queues: Sequence[QueueInfo]) -> None:
         for r, name in enumerate(RESOURCES):
             problem = resource_problem(name, q.quota[r], q.limit[r], q.over_quota_weight[r])
             if problem is not None:
-                raise QueueTreeError(f"queue {q.name!r}: {problem}")
+                raise QueueTreeError(f"queue {q.name!r}: {problem}", q.name)
 
 
 def _plain(_resource: str, value: float) -> str:
@@ -171,6 +186,38 @@ def resource_problem(
     if weight < 0:
         return f"{key}.overQuotaWeight is {weight:g}; use a value >= 0 (0: no share of what is left over)"
     return None
+
+
+def leaf_queue_problem(name: str, parents: Mapping[str, str | None]) -> str:
+    """Why a workload may not go to queue `name` ("" when it may): it must exist and be a
+    leaf (jobs run in leaf queues; parents only share quota out). `parents`: every
+    queue's parent, in creation order. The one statement of this rule: Ray's submissions
+    and scenario files are refused with it, the core leaves such a job out with it."""
+    if name not in parents:
+        leaves = [q for q in parents if q not in set(parents.values())]
+        return f"queue {name!r} does not exist; use one of the leaf queues ({listing(leaves)})"
+    children = [q for q, p in parents.items() if p == name]
+    if children:
+        return (
+            f"queue {name!r} has child queues ({listing(children)}); only leaf queues hold jobs: "
+            "put the job in one of them"
+        )
+    return ""
+
+
+def tree_parents(tree: QueueTree) -> dict[str, str | None]:
+    """Every queue of the tree -> its parent's name (None at the top), in creation order."""
+    return {
+        name: (tree.names[p] if p >= 0 else None) for name, p in zip(tree.names, tree.parent, strict=True)
+    }
+
+
+def listing(names: Sequence[str], most: int = 12) -> str:
+    """`a, b, c`, shortened for long lists; `none` for an empty one."""
+    if not names:
+        return "none"
+    shown = ", ".join(names[:most])
+    return shown + (f", ... ({len(names)} in all)" if len(names) > most else "")
 
 
 def _inherited_preempt_runtime(path: tuple[int, ...], queues: Sequence[QueueInfo]) -> float:

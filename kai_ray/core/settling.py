@@ -7,7 +7,7 @@ action then goes through them as they come, without ranking queues (at a thousan
 jobs, ranking is most of a steady cycle).
 
 A job is sure to fail when its search key is among the action's failed ones
-(failures.py), or, where the action gives up on a gang that can no longer complete, when
+(failedsearches.py), or, where the action gives up on a gang that can no longer complete, when
 too few of its tasks are left. A job whose gang is whole (elastic surplus) is never
 sure. Kept in O(1) per job: counts per key, and the keys failed since the last look.
 """
@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from kai_ray.core.cluster import Job
-from kai_ray.core.failures import FailedSearches, FailureKey, search_key
+from kai_ray.core.failedsearches import FailedSearches, FailureKey, search_key
 
 if TYPE_CHECKING:  # the context holds a waiting line, which holds a SureToFail
     from kai_ray.core.context import CycleContext
@@ -63,8 +63,9 @@ class SureToFail:
     In-line jobs are kept by search key, in groups (`capped` ones apart: their queue
     checks come before the key, so they still take a step when settled); a job whose
     gang can no longer complete is sure on its own (`incomplete`). `fork` copies the
-    groups for another cycle's action: a line kept between cycles (waitingline.py)
-    keeps one and forks it, rather than keying a thousand jobs each cycle."""
+    groups for another cycle's action: a line kept between cycles
+    (incremental/waitingline.py) keeps one and forks it, rather than keying a thousand
+    jobs each cycle."""
 
     def __init__(
         self,

@@ -25,7 +25,7 @@ Undo = Callable[[], None]
 class Statement:
     def __init__(self, state: ClusterState, *, undoable_cycle: bool = False) -> None:
         """`undoable_cycle`: keep what commit() lets go of, so that undo_cycle() can take
-        the whole cycle back (a state kept between cycles, see incremental.py)."""
+        the whole cycle back (a state kept between cycles, see incremental/)."""
         self.state = state
         self._undo: list[Undo] = []
         self._committed: list[Undo] | None = [] if undoable_cycle else None

@@ -2,10 +2,11 @@
 backend's state, as the plain dicts the JSON API serves (docs/dashboard.md documents
 their fields; scripts depend on them, so fields are added, never renamed).
 
-A backend builds its Board from what it already keeps: the Ray scheduler from its
-Controller (`board_from_controller`), the Kubernetes operator from its last world and
-cycle (kai_ray.k8s.board). The rules of what a row says (a queue's standing against
-its fair share, how shares of a device are laid out) live here once, for both.
+Every backend's Board is built here, by one function (`board_of`), from what the one
+scheduling loop keeps: its Lifecycle's workload views (the Ray scheduler's own table,
+or the lifecycle read back from Kubernetes' API server), the last cycle's queue figures
+and places in line, and the nodes. The rules of what a row says (a queue's standing
+against its fair share, how shares of a device are laid out) live here once.
 """
 
 from __future__ import annotations
@@ -15,15 +16,17 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kai_ray.control.snapshot import NODE_TOPOLOGY, request_for
-from kai_ray.control.views import share_standing
-from kai_ray.control.workload import HOLDING, State, Workload
+from kai_ray.control.loop import SchedulingLoop
+from kai_ray.control.snapshot import NODE_TOPOLOGY
+from kai_ray.control.views import WorkloadView, share_standing
+from kai_ray.control.workload import State
 from kai_ray.core import RESOURCES, NodeInfo, QueueInfo, QueueStatus
 
 __all__ = [
     "Board",
-    "Holding",
+    "DeviceShare",
     "board_from_controller",
+    "board_of",
     "device_layout",
     "grouping_levels",
     "node_row",
@@ -126,33 +129,33 @@ def _queue_row(q: QueueInfo, st: QueueStatus | None, depth: int, kids: list[str]
 # ---------------------------------------------------------------- workloads
 
 
-def workload_row(w: Workload, pos: tuple[int, int] | None, now: float) -> dict[str, Any]:
-    """One workload as the Workloads page and `GET /api/v1/workloads` show it."""
-    spec = w.spec
-    per_worker = float(spec.resources_per_worker.get("GPU", 0.0))
+def workload_row(v: WorkloadView, pos: tuple[int, int] | None, now: float) -> dict[str, Any]:
+    """One workload as the Workloads page and `GET /api/v1/workloads` show it (`pos`: its
+    place in its queue and the queue's length, while it waits)."""
+    queued = v.state == State.QUEUED.value
     return row(
-        id=w.id,
-        name=spec.name or w.id,
-        kind=spec.kind,
-        queue=spec.queue,
-        priority=spec.priority,
-        priority_class=spec.priority_class,
-        preemptible=spec.preemptible,
-        state=w.state.value,
-        reason=w.reason,
-        reason_code=w.reason_code if w.state is State.QUEUED else "",
+        id=v.id,
+        name=v.name,
+        kind=v.kind,
+        queue=v.queue,
+        priority=v.priority,
+        priority_class=v.priority_class,
+        preemptible=v.preemptible,
+        state=v.state,
+        reason=v.reason,
+        reason_code=v.reason_code if queued else "",
         position=pos,
-        created_at=w.created_at,
-        since=w.since,
-        waiting_s=max(0.0, now - w.queued_at) if w.state is State.QUEUED else None,
-        workers=len(w.slots),
-        min_workers=spec.gang,
-        max_workers=spec.workers,
-        gpus_per_worker=per_worker,
-        gpus=per_worker * len(w.slots) if w.state in HOLDING else 0.0,
-        nodes=sorted({s.node for s in w.slots.values()}),
-        preemptions=w.preemptions,
-        history=w.history,
+        created_at=v.created_at,
+        since=v.since,
+        waiting_s=max(0.0, now - v.queued_at) if queued else None,
+        workers=v.workers,
+        min_workers=v.min_workers,
+        max_workers=v.max_workers,
+        gpus_per_worker=v.gpus_per_worker,
+        gpus=v.gpus,
+        nodes=list(v.nodes),
+        preemptions=v.preemptions,
+        history=v.history,
     )
 
 
@@ -163,8 +166,8 @@ def row(
     gpus: float,
     **fields: Any,
 ) -> dict[str, Any]:
-    """A workload row from any backend (one layout for the API): `position` is (place,
-    length of the line) while it waits; `history` (at, from, to, why) transitions."""
+    """A workload row (one layout for the API): `position` is (place, length of the
+    line) while it waits; `history` (at, from, to, why) transitions."""
     preempted = [h for h in history if h[2] == State.PREEMPTING.value]
     return {
         **fields,
@@ -180,7 +183,7 @@ def row(
 
 
 @dataclass(frozen=True, slots=True)
-class Holding:
+class DeviceShare:
     """One worker's share of a node's GPUs: `gpu` devices (a fraction below 1), on device
     `device` when the backend knows it (Kubernetes' GPU sharing), else laid out."""
 
@@ -190,7 +193,7 @@ class Holding:
     device: int | None = None
 
 
-def device_layout(gpus: int, holdings: Iterable[Holding], outside: float = 0.0) -> list[dict[str, Any]]:
+def device_layout(gpus: int, holdings: Iterable[DeviceShare], outside: float = 0.0) -> list[dict[str, Any]]:
     """Each device of a node and who holds what of it. Devices a backend named are filled
     first; whole-GPU holders then take the emptiest devices; fractions pack first-fit on
     devices already shared (as Ray packs fractional GPUs before opening another device);
@@ -199,7 +202,7 @@ def device_layout(gpus: int, holdings: Iterable[Holding], outside: float = 0.0) 
         {"index": i, "used": 0.0, "outside": 0.0, "shares": []} for i in range(gpus)
     ]
 
-    def put(d: dict[str, Any], h: Holding, amount: float) -> None:
+    def put(d: dict[str, Any], h: DeviceShare, amount: float) -> None:
         d["used"] = round(d["used"] + amount, 6)
         d["shares"].append({"workload": h.workload, "queue": h.queue, "fraction": round(amount, 6)})
 
@@ -232,7 +235,7 @@ def device_layout(gpus: int, holdings: Iterable[Holding], outside: float = 0.0) 
 
 def node_row(
     node: NodeInfo,
-    holdings: Sequence[Holding],
+    holdings: Sequence[DeviceShare],
     levels: Sequence[str],
     held: Mapping[str, float],
     display: Callable[[str], str] = lambda name: name,
@@ -263,62 +266,68 @@ def node_row(
     return row
 
 
-# ---------------------------------------------------------------- from the controller
+# ---------------------------------------------------------------- one board
 
 
-def board_from_controller(
-    ctl: Any,
+def board_of(
+    loop: SchedulingLoop,
     now: float,
     *,
-    backend: str = "ray",
+    backend: str,
+    nodes: Iterable[NodeInfo] | None = None,
+    queues: Sequence[QueueInfo] | None = None,
     display: Callable[[str], str] = lambda name: name,
     hidden_labels: Iterable[str] = (),
     text: Callable[[str], str] = lambda s: s,
 ) -> Board:
-    """The Board of a kai_ray.control.Controller (typed Any: the dashboard reads only its
-    public tables). `text` rewrites reasons for people (Ray's long node ids shortened)."""
-    workloads: list[Workload] = list(ctl.workloads.values())
+    """The Board of any backend's scheduling loop: its Lifecycle's workloads, the last
+    cycle's figures and places in line. `nodes` and `queues`: the backend's current ones
+    when it keeps fresher ones than the last cycle's snapshot. `text` rewrites reasons
+    for people (Ray's long node ids shortened)."""
+    last = loop.last.snapshot if loop.last is not None else None
+    nodes = list(nodes if nodes is not None else (last.nodes if last else []))
+    queues = list(queues if queues is not None else (last.queues if last else []))
+    views = loop.lifecycle.views(now)
     counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    holdings: dict[str, list[Holding]] = defaultdict(list)
+    shares: dict[str, list[DeviceShare]] = defaultdict(list)
     held: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    for w in workloads:
-        if w.state is State.QUEUED:
-            counts[w.spec.queue][0] += 1
-        elif w.state in HOLDING:
-            counts[w.spec.queue][1] += 1
-            _hold(w, ctl.nodes, holdings, held)
-    rows = [workload_row(w, ctl.positions.get(w.id), now) for w in workloads]
-    for row in rows:
-        row["reason"] = text(row["reason"])
-        for h in row["history"]:
-            h["why"] = text(h["why"])
-        if row["last_preemption"]:
-            row["last_preemption"]["why"] = text(row["last_preemption"]["why"])
-    levels = grouping_levels(ctl.config.topologies)
-    nodes = [
-        node_row(n, holdings.get(n.name, ()), levels, held.get(n.name, {}), display, hidden_labels)
-        for n in ctl.nodes.values()
+    for v in views:
+        if v.state == State.QUEUED.value:
+            counts[v.queue][0] += 1
+        elif v.state in _HOLDING:
+            counts[v.queue][1] += 1
+        for h in v.holdings:
+            shares[h.node].append(DeviceShare(v.id, v.queue, h.gpu, h.device))
+            into = held[h.node]
+            into["gpu"] += h.gpu
+            into["cpu"] += h.cpu
+            into["memory"] += h.memory
+    rows = [_said(workload_row(v, loop.positions.get(v.id), now), text) for v in views]
+    levels = grouping_levels(loop.config.topologies)
+    node_rows = [
+        node_row(n, shares.get(n.name, ()), levels, held.get(n.name, {}), display, hidden_labels)
+        for n in nodes
     ]
-    queues = queue_rows(ctl.queues, ctl.queue_status, {q: (c[0], c[1]) for q, c in counts.items()})
-    return Board(backend=backend, at=now, queues=queues, workloads=rows, nodes=nodes, levels=levels)
+    tree = queue_rows(queues, loop.queue_status, {q: (c[0], c[1]) for q, c in counts.items()})
+    return Board(backend=backend, at=now, queues=tree, workloads=rows, nodes=node_rows, levels=levels)
 
 
-def _hold(
-    w: Workload,
-    nodes: Mapping[str, NodeInfo],
-    holdings: dict[str, list[Holding]],
-    held: dict[str, dict[str, float]],
-) -> None:
-    req = request_for(w.spec.resources_per_worker)
-    for s in w.slots.values():
-        node = nodes.get(s.node)
-        # The core's rule for a memory-sized fraction, on the node's own device memory.
-        gpu = req.gpu_fraction(node.gpu_memory) if node is not None else req.gpu
-        holdings[s.node].append(Holding(w.id, w.spec.queue, gpu))
-        into = held[s.node]
-        into["gpu"] += gpu
-        into["cpu"] += req.cpu
-        into["memory"] += req.memory
+def board_from_controller(ctl: Any, now: float, *, backend: str = "ray", **options: Any) -> Board:
+    """The Board of a kai_ray.control.Controller (typed Any: the dashboard reads only its
+    public tables): board_of with its current nodes and queues."""
+    return board_of(ctl.loop, now, backend=backend, nodes=ctl.nodes.values(), queues=ctl.queues, **options)
+
+
+_HOLDING = frozenset({State.ADMITTING.value, State.RUNNING.value, State.PREEMPTING.value})
+
+
+def _said(row: dict[str, Any], text: Callable[[str], str]) -> dict[str, Any]:
+    row["reason"] = text(row["reason"])
+    for h in row["history"]:
+        h["why"] = text(h["why"])
+    if row["last_preemption"]:
+        row["last_preemption"]["why"] = text(row["last_preemption"]["why"])
+    return row
 
 
 def grouping_levels(topologies: Mapping[str, Any]) -> list[str]:

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from kai_ray.k8s.client import ApiError, Kube
 from kai_ray.k8s.gangs import pod_request
@@ -23,12 +23,22 @@ from kai_ray.k8s.sharing import (
     share_id,
     wanted_reservations,
 )
-from kai_ray.k8s.world import GPU_GROUP_ANNOTATION, World
+from kai_ray.k8s.world import GPU_GROUP_ANNOTATION
 
 __all__ = ["DeviceSharing", "SharingOptions"]
 
 log = logging.getLogger(__name__)
 FRESH_S = 10.0  # a reservation younger than this is kept: its pod's binding may not be seen yet
+
+
+class SharingWorld(Protocol):
+    """What GPU sharing reads of the backend's world (kai_ray.k8s.source.KubeSource)."""
+
+    def sharing_pods(self) -> list[Mapping[str, Any]]:
+        """Reservation pods and pods that were given a device to share."""
+
+    def device_memory(self) -> Mapping[str, float]:
+        """Node -> bytes of memory of one of its GPUs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,11 +74,11 @@ class DeviceSharing:
                 raise
         self._made.setdefault(body["metadata"]["name"], time.monotonic())
 
-    async def reconcile(self, world: World, pods: Iterable[Mapping[str, Any]]) -> None:
-        pods = list(pods)
+    async def reconcile(self, world: SharingWorld) -> None:
+        pods = world.sharing_pods()
         reservations = {p["metadata"]["name"]: p for p in pods if is_reservation(p)}
         sharing = [p for p in pods if not is_reservation(p) and share_id(p)]
-        memory = {n.name: n.gpu_memory for n in world.snapshot.nodes}
+        memory = world.device_memory()
         for pod in sharing:
             await self._configure(pod, reservations, memory)
         wanted = {reservation_name(n, d) for n, d in wanted_reservations(sharing, GPU_GROUP_ANNOTATION)}

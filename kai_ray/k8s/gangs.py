@@ -1,28 +1,56 @@
 """Kubernetes pods and their owners -> gangs, the way KAI Scheduler's podgrouper groups Ray.
 
 Pure functions over plain dicts as the API server returns them as JSON: no client, no I/O.
-A pod's controller ownerReference is followed up through the owner objects given
-(Pod -> RayCluster -> RayJob | RayService, Pod -> Job -> RayJob) to its top owner; the
-pods of one top owner form one gang, whose size (min_member) comes from the owner's spec.
-
-List items from the API server carry no `kind`, so an object's kind always travels beside
-it (`_Known`) rather than being read from the object.
+The pods of one top owner (kai_ray.k8s.owners) form one gang, whose size (min_member)
+comes from the owner's spec. `build_gangs` groups a whole list of pods; `gang_of` makes
+one gang from its pods alone, which is what the ClusterSource patched by the watches'
+deltas calls for a gang whose pods or owners changed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from kai_ray.config.priority import DEFAULT_PRIORITY_CLASSES, NON_PREEMPTIBLE_FROM, preemptible_at
+from kai_ray.config.priority import (
+    PriorityClasses,
+    ResolvedPriority,
+    UnknownPriorityClassError,
+    preemptible_at,
+    read_preemptibility,
+)
 from kai_ray.core.model import Request, TopologyConstraint
+from kai_ray.k8s.owners import (
+    Known,
+    Lineage,
+    Obj,
+    Owners,
+    as_count,
+    describe,
+    epoch,
+    lineage_of,
+    meta,
+    name_of,
+    namespace_of,
+    pod_finished,
+    scheduled_by_us,
+    section,
+    spec_of,
+)
 from kai_ray.k8s.requests import GPU_FRACTION, GPU_FRACTION_DEVICES, GPU_MEMORY, spec_request
 
-__all__ = ["Gang", "build_gangs", "pod_finished", "pod_request", "scheduled_by_us"]
+__all__ = [
+    "Gang",
+    "GangContext",
+    "build_gangs",
+    "gang_of",
+    "pod_finished",
+    "pod_request",
+    "pod_role",
+    "scheduled_by_us",
+]
 
-Obj = Mapping[str, Any]
 
 QUEUE_LABEL = "kai.scheduler/queue"
 PRIORITY_LABEL = "ray.io/priority-class-name"
@@ -34,11 +62,6 @@ TOPOLOGY_PREFERRED = "kai.scheduler/topology-preferred-placement"
 DEFAULT_PRIORITY_CLASS = "train"
 K8S_JOB_MODE = "K8sJobMode"
 
-# The owner kinds followed, with the API group each must come from: a CRD of another group
-# that happens to be called "Job" is not a batch Job.
-_GROUPS = {"RayCluster": "ray.io", "RayJob": "ray.io", "RayService": "ray.io", "Job": "batch"}
-_JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
-_MAX_DEPTH = 4  # Pod -> Job/RayCluster -> RayJob/RayService is 2; the cap guards against cycles
 # KubeRay's default submitter container (used when spec.submitterPodTemplate is not given).
 _DEFAULT_SUBMITTER = Request(cpu=0.5, memory=200 * 2**20)
 # A RayJob in one of these states is over: its submitter will not be created again.
@@ -68,71 +91,12 @@ class Gang:
     problem: str = ""  # non-empty: cannot be scheduled as written; names object, field, fix
 
 
-class _Known(NamedTuple):
-    kind: str
-    name: str
-    obj: Obj | None  # None: named by a reference, not in the owners given
-
-
 class _Found(NamedTuple):
     value: str
     where: str  # e.g. "label kai.scheduler/queue on RayJob ml/j1", for messages
 
 
-# ---------------------------------------------------------------- small readers
-
-
-def _meta(obj: Obj | None) -> Obj:
-    return (obj or {}).get("metadata") or {}
-
-
-def _spec(obj: Obj | None) -> Obj:
-    return (obj or {}).get("spec") or {}
-
-
-def _section(obj: Obj | None, section: str) -> Obj:
-    return _meta(obj).get(section) or {}
-
-
-def _namespace(obj: Obj) -> str:
-    return str(_meta(obj).get("namespace") or "default")
-
-
-def _name(obj: Obj) -> str:
-    return str(_meta(obj).get("name") or "")
-
-
-def _describe(known: _Known) -> str:
-    return f"{known.kind} {_namespace(known.obj or {})}/{known.name}"
-
-
-def _epoch(obj: Obj | None) -> float:
-    """creationTimestamp ("2026-11-23T08:00:00Z") as epoch seconds; 0 when absent."""
-    value = _meta(obj).get("creationTimestamp")
-    if not isinstance(value, str) or not value:
-        return 0.0
-    try:
-        moment = datetime.fromisoformat(value)  # Python 3.11 reads the trailing "Z"
-    except ValueError:
-        return 0.0
-    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
-
-
-def _int(value: Any, default: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        return default
-    try:
-        return max(0, int(value))
-    except ValueError:
-        return default
-
-
-def scheduled_by_us(pod: Mapping[str, Any], scheduler_names: Collection[str]) -> bool:
-    return _spec(pod).get("schedulerName") in scheduler_names
-
-
-def pod_finished(pod: Mapping[str, Any]) -> bool:
-    return ((pod.get("status") or {}).get("phase")) in ("Succeeded", "Failed")
+# ---------------------------------------------------------------- requests
 
 
 # A pod's resources cannot change once it exists, so its request is read once per pod
@@ -143,8 +107,8 @@ _REQUESTS_MAX = 200_000
 
 def pod_request(pod: Mapping[str, Any]) -> Request:
     """What the pod asks for; ValueError (naming the pod) for requests that cannot be read."""
-    annotations = _section(pod, "annotations")
-    uid = str(_meta(pod).get("uid") or "")
+    annotations = section(pod, "annotations")
+    uid = str(meta(pod).get("uid") or "")
     key = (
         uid,
         str(annotations.get(GPU_FRACTION)),
@@ -153,7 +117,7 @@ def pod_request(pod: Mapping[str, Any]) -> Request:
     )
     if uid and key in _REQUESTS:
         return _REQUESTS[key]
-    request = spec_request(_spec(pod), annotations, f"pod {_namespace(pod)}/{_name(pod)}")
+    request = spec_request(spec_of(pod), annotations, f"pod {namespace_of(pod)}/{name_of(pod)}")
     if uid:
         if len(_REQUESTS) >= _REQUESTS_MAX:
             _REQUESTS.clear()
@@ -161,93 +125,18 @@ def pod_request(pod: Mapping[str, Any]) -> Request:
     return request
 
 
-# ---------------------------------------------------------------- owners
-
-
-def _reference(ref: Obj) -> tuple[str, str] | None:
-    """(kind, name) of an owner reference to a kind this module follows, else None."""
-    kind, name, api = ref.get("kind"), ref.get("name"), str(ref.get("apiVersion") or "")
-    if kind not in _GROUPS or not isinstance(name, str):
-        return None
-    if api and api.rpartition("/")[0] != _GROUPS[kind]:
-        return None
-    return kind, name
-
-
-def _controller(obj: Obj) -> Obj | None:
-    refs = [r for r in _meta(obj).get("ownerReferences") or [] if isinstance(r, Mapping)]
-    return next((r for r in refs if r.get("controller") is True), refs[0] if refs else None)
-
-
-def _parent(obj: Obj) -> tuple[str, str] | None:
-    ref = _controller(obj)
-    return _reference(ref) if ref is not None else None
-
-
-def _first_owner(pod: Obj, owners: Mapping[tuple[str, str, str], Obj]) -> tuple[str, str] | None:
-    if _meta(pod).get("ownerReferences"):
-        return _parent(pod)
-    # No ownerReference (e.g. created before its owner was set): the labels KubeRay and the
-    # Job controller put on their pods still say whose it is.
-    labels, namespace = _section(pod, "labels"), _namespace(pod)
-    for key in _JOB_NAME_LABELS:
-        job = labels.get(key)
-        if job and ("Job", namespace, job) in owners:
-            return "Job", job
-    cluster = labels.get("ray.io/cluster")
-    return ("RayCluster", cluster) if cluster else None
-
-
-def _chain(pod: Obj, owners: Mapping[tuple[str, str, str], Obj]) -> list[_Known]:
-    """The pod's owners, nearest first, up to the first one not in `owners`."""
-    namespace, chain = _namespace(pod), list[_Known]()
-    ref = _first_owner(pod, owners)
-    while ref is not None and len(chain) < _MAX_DEPTH:
-        obj = owners.get((ref[0], namespace, ref[1]))
-        chain.append(_Known(ref[0], ref[1], obj))
-        if obj is None:
-            break
-        ref = _parent(obj)
-    return chain
-
-
-@dataclass(frozen=True, slots=True)
-class _Lineage:
-    gang_id: str
-    top: _Known  # kind "Pod" (the pod itself) for a gang of one
-    owners: tuple[_Known, ...]  # the owner objects known, nearest first
-    submitter: bool  # the pod of a Job that a RayJob owns
-
-
-def _lineage(pod: Obj, owners: Mapping[tuple[str, str, str], Obj]) -> _Lineage:
-    namespace, chain = _namespace(pod), _chain(pod, owners)
-    known = tuple(k for k in chain if k.obj is not None)
-    if known:
-        top = known[-1]
-    elif chain and chain[0].kind in ("Job", "RayCluster"):
-        top = chain[0]  # the owner is not (yet) known: its pods still go together
-    else:
-        top = _Known("Pod", _name(pod), pod)
-    gang_id = f"{namespace}/{top.kind}/{top.name}"
-    if top.kind == "RayService" and len(known) > 1:
-        # A RayService may run two clusters at once (an upgrade): each is a gang of its own.
-        gang_id += f"/{known[-2].name}"
-    submitter = top.kind == "RayJob" and chain[0].kind == "Job"
-    return _Lineage(gang_id, top, known, submitter)
-
-
 # ---------------------------------------------------------------- gangs
 
 
 @dataclass(slots=True)
 class _Group:
-    lineage: _Lineage
+    lineage: Lineage
     entries: list[tuple[tuple[int, str, float, str], dict[str, Any]]] = field(default_factory=list)
-    owners: dict[tuple[str, str], _Known] = field(default_factory=dict)
+    owners: dict[tuple[str, str], Known] = field(default_factory=dict)
 
-    def add(self, pod: Obj, lineage: _Lineage) -> None:
+    def add(self, pod: Obj, lineage: Lineage) -> None:
         rank, group = _role(pod, lineage)
-        self.entries.append(((rank, group, _epoch(pod), _name(pod)), dict(pod)))
+        self.entries.append(((rank, group, epoch(pod), name_of(pod)), dict(pod)))
         for owner in lineage.owners:
             self.owners.setdefault((owner.kind, owner.name), owner)
 
@@ -255,7 +144,7 @@ class _Group:
     def pods(self) -> list[dict[str, Any]]:
         return [pod for _, pod in sorted(self.entries, key=lambda e: e[0])]
 
-    def owner_objects(self) -> list[_Known]:
+    def owner_objects(self) -> list[Known]:
         """Known owners, top first, then the RayCluster, then the Job (for label look-ups)."""
         top = self.lineage.top
         order = {"RayCluster": 1, "Job": 2}
@@ -267,10 +156,10 @@ class _Group:
         return next((o.obj for o in self.owners.values() if o.kind == "RayCluster"), None)
 
 
-def _role(pod: Obj, lineage: _Lineage) -> tuple[int, str]:
+def _role(pod: Obj, lineage: Lineage) -> tuple[int, str]:
     if lineage.submitter:
         return _SUBMITTER, "submitter"
-    labels = _section(pod, "labels")
+    labels = section(pod, "labels")
     node_type = labels.get("ray.io/node-type")
     if node_type == "head":
         return _HEAD, "head"
@@ -293,26 +182,34 @@ def _cluster_size(spec: Obj) -> int:
     for group in spec.get("workerGroupSpecs") or []:
         if group.get("suspend") is True:
             continue  # KubeRay creates no pods for a suspended group: none can join the gang
-        replicas = _int(group.get("minReplicas")) or _int(group.get("replicas"))
-        total += replicas * max(1, _int(group.get("numOfHosts"), 1))
+        replicas = as_count(group.get("minReplicas")) or as_count(group.get("replicas"))
+        total += replicas * max(1, as_count(group.get("numOfHosts"), 1))
     return total
 
 
 @dataclass(frozen=True, slots=True)
-class _Context:
-    classes: Mapping[str, int]
+class GangContext:
+    """What reading a gang needs beyond its pods and owners."""
+
+    classes: PriorityClasses  # the cluster's PriorityClasses, kai-ray's defaults filled in
     default_queue: str
-    submitter_elsewhere: frozenset[str]  # gang ids whose submitter pod exists outside the gang
+    submitter_elsewhere: Collection[str]  # gang ids whose submitter pod exists outside the gang
+
+    @classmethod
+    def of(
+        cls, priority_classes: Mapping[str, int], default_queue: str, submitter_elsewhere: Collection[str]
+    ) -> GangContext:
+        return cls(PriorityClasses.of_cluster(priority_classes), default_queue, submitter_elsewhere)
 
 
-def _submitter(group: _Group, ctx: _Context, what: str) -> tuple[bool, Request | None]:
+def _submitter(group: _Group, ctx: GangContext, what: str) -> tuple[bool, Request | None]:
     """(the submitter counts in min_member, the Request to reserve for it if not yet created).
 
     KubeRay creates the submitter pod only once the cluster is ready: a gang that waited for
     it would never start, so the scheduler reserves its room beside the cluster instead.
     """
     top = group.lineage.top
-    spec = _spec(top.obj)
+    spec = spec_of(top.obj)
     if top.kind != "RayJob" or spec.get("submissionMode", K8S_JOB_MODE) != K8S_JOB_MODE:
         return False, None
     if any(key[0] == _SUBMITTER for key, _ in group.entries):
@@ -324,72 +221,68 @@ def _submitter(group: _Group, ctx: _Context, what: str) -> tuple[bool, Request |
     template = spec.get("submitterPodTemplate")
     if not isinstance(template, Mapping):
         return True, _DEFAULT_SUBMITTER
-    annotations = _section(template, "annotations")
-    return True, spec_request(_spec(template), annotations, f"{what} spec.submitterPodTemplate")
+    annotations = section(template, "annotations")
+    return True, spec_request(spec_of(template), annotations, f"{what} spec.submitterPodTemplate")
 
 
 def _min_member(group: _Group, submitter: bool, live: int) -> int:
     top = group.lineage.top
-    spec = _spec(top.obj)
+    spec = spec_of(top.obj)
     if top.kind == "RayJob":
         if spec.get("clusterSelector"):
             return 1  # runs on an existing cluster: only its submitter pod is its own
         cluster = spec.get("rayClusterSpec")
         if not isinstance(cluster, Mapping):  # none inline: the RayCluster the job made
-            cluster = _spec(group.cluster())
+            cluster = spec_of(group.cluster())
         return _cluster_size(cluster) + int(submitter)
     if top.kind == "RayService":
-        return _cluster_size(_spec(group.cluster()))
+        return _cluster_size(spec_of(group.cluster()))
     if top.kind == "RayCluster":
         # Without its spec the size is unknown: every pod present is part of the gang.
         return _cluster_size(spec) if top.obj is not None else live
     if top.kind == "Job":
-        return max(1, min(_int(spec.get("parallelism"), 1), live))
+        return max(1, min(as_count(spec.get("parallelism"), 1), live))
     return 1
 
 
-def _find(objs: Iterable[_Known], section: str, key: str) -> _Found | None:
+def _find(objs: Iterable[Known], part: str, key: str) -> _Found | None:
     for known in objs:
-        value = _section(known.obj, section).get(key)
+        value = section(known.obj, part).get(key)
         if isinstance(value, str) and value.strip():
-            return _Found(value.strip(), f"{section[:-1]} {key} on {_describe(known)}")
+            return _Found(value.strip(), f"{part[:-1]} {key} on {describe(known)}")
     return None
 
 
-def _priority(owners: list[_Known], pods: list[_Known], ctx: _Context, what: str) -> tuple[str, int, str]:
-    """(class name, value, problem): the Ray label, the generic label, then the pod spec."""
+def _priority(
+    objs: list[Known], owners: list[Known], pods: list[Known], ctx: GangContext, what: str
+) -> tuple[str, ResolvedPriority, list[str]]:
+    """(class name, value and preemptibility, problems): the class from the Ray label, the
+    generic label, then the pod spec; preemptibility from its label, else the class's.
+    Both read by config.priority's rules, as Ray's submissions are."""
     found = _find(owners, "labels", PRIORITY_LABEL) or _find([*owners, *pods], "labels", PRIORITY_CLASS_LABEL)
     if found is None:
-        spec_class = next((p for p in pods if _spec(p.obj).get("priorityClassName")), None)
+        spec_class = next((p for p in pods if spec_of(p.obj).get("priorityClassName")), None)
         if spec_class is not None:
-            name = str(_spec(spec_class.obj)["priorityClassName"])
-            found = _Found(name, f"spec.priorityClassName of {_describe(spec_class)}")
+            name = str(spec_of(spec_class.obj)["priorityClassName"])
+            found = _Found(name, f"spec.priorityClassName of {describe(spec_class)}")
     name = found.value if found else DEFAULT_PRIORITY_CLASS
-    if name in ctx.classes:
-        return name, ctx.classes[name], ""
-    assert found is not None  # the default class is always known
-    known = [*DEFAULT_PRIORITY_CLASSES, *sorted(set(ctx.classes) - set(DEFAULT_PRIORITY_CLASSES))]
-    problem = (
-        f"{what}: priority class {name!r} does not exist ({found.where}): "
-        f"create the PriorityClass or use one of {', '.join(known)}"
-    )
-    return name, 0, problem
+    problems = []
+    try:
+        resolved = ctx.classes.resolve(name, numbers=False)
+    except UnknownPriorityClassError as e:
+        assert found is not None  # the default class is always known
+        problems.append(f"{what} ({found.where}): {e}")
+        resolved = ResolvedPriority(0, preemptible_at(0))
+    said = _find(objs, "labels", PREEMPTIBILITY_LABEL)
+    if said is not None:
+        try:
+            resolved = ResolvedPriority(resolved.value, read_preemptibility(said.value))
+        except ValueError as e:
+            problems.append(f"{what}: {said.where} {e}")
+    return name, resolved, problems
 
 
-def _preemptible(objs: list[_Known], priority: int, what: str) -> tuple[bool, str]:
-    found = _find(objs, "labels", PREEMPTIBILITY_LABEL)
-    if found is not None and found.value in ("preemptible", "non-preemptible"):
-        return found.value == "preemptible", ""
-    if found is None:
-        return preemptible_at(priority), ""
-    problem = (
-        f"{what}: {found.where} is {found.value!r}: use 'preemptible' or 'non-preemptible', "
-        f"or remove it (then a priority below {NON_PREEMPTIBLE_FROM} is preemptible)"
-    )
-    return preemptible_at(priority), problem
-
-
-def _topology(objs: list[_Known], what: str) -> tuple[TopologyConstraint | None, str]:
+def _topology(objs: list[Known], what: str) -> tuple[TopologyConstraint | None, str]:
     name = _find(objs, "annotations", TOPOLOGY)
     required = _find(objs, "annotations", TOPOLOGY_REQUIRED)
     preferred = _find(objs, "annotations", TOPOLOGY_PREFERRED)
@@ -408,7 +301,7 @@ def _topology(objs: list[_Known], what: str) -> tuple[TopologyConstraint | None,
 
 
 def _shared_selector(pods: Sequence[Obj]) -> dict[str, str]:
-    selectors = [dict(_spec(p).get("nodeSelector") or {}) for p in pods]
+    selectors = [dict(spec_of(p).get("nodeSelector") or {}) for p in pods]
     common = selectors[0] if selectors else {}
     for selector in selectors[1:]:
         common = {k: v for k, v in common.items() if selector.get(k) == v}
@@ -425,12 +318,12 @@ def _request_problem(pods: Sequence[Obj]) -> str:
     return ""
 
 
-def _gang(group: _Group, ctx: _Context) -> Gang:
+def _gang(group: _Group, ctx: GangContext) -> Gang:
     lineage, pods = group.lineage, group.pods
-    top, namespace = lineage.top, _namespace(pods[0])
+    top, namespace = lineage.top, namespace_of(pods[0])
     what = f"{top.kind} {namespace}/{top.name}"
     owners = group.owner_objects()
-    pod_objs = [_Known("Pod", _name(p), p) for p in pods]
+    pod_objs = [Known("Pod", name_of(p), p) for p in pods]
     problems = []
     try:
         counted, placeholder = _submitter(group, ctx, what)
@@ -438,23 +331,22 @@ def _gang(group: _Group, ctx: _Context) -> Gang:
         counted, placeholder = True, None
         problems.append(str(e))
     queue = _find([*owners, *pod_objs], "labels", QUEUE_LABEL)
-    class_name, priority, problem = _priority(owners, pod_objs, ctx, what)
-    preemptible, preempt_problem = _preemptible([*owners, *pod_objs], priority, what)
+    class_name, priority, priority_problems = _priority([*owners, *pod_objs], owners, pod_objs, ctx, what)
     topology, topology_problem = _topology([*owners, *pod_objs], what)
     request_problem = _request_problem(pods)
-    problems += [problem, preempt_problem, topology_problem]
+    problems += [*priority_problems, topology_problem]
     if request_problem:
         problems.append(f"{what}: {request_problem}")
-    created = _epoch(top.obj) if top.obj is not None else min(_epoch(p) for p in pods)
+    created = epoch(top.obj) if top.obj is not None else min(epoch(p) for p in pods)
     return Gang(
         id=lineage.gang_id,
         namespace=namespace,
         kind=top.kind,
         name=top.name,
         queue=queue.value if queue else ctx.default_queue,
-        priority=priority,
+        priority=priority.value,
         priority_class=class_name,
-        preemptible=preemptible,
+        preemptible=priority.preemptible,
         min_member=_min_member(group, counted, len(pods)),
         pods=pods,
         subgroups=_subgroups(group),
@@ -468,7 +360,7 @@ def _gang(group: _Group, ctx: _Context) -> Gang:
 
 def build_gangs(
     pods: Iterable[Mapping[str, Any]],
-    owners: Mapping[tuple[str, str, str], Mapping[str, Any]],
+    owners: Owners,
     priority_classes: Mapping[str, int],
     *,
     scheduler_names: Collection[str] = ("kai-ray", "kai-scheduler"),
@@ -480,17 +372,36 @@ def build_gangs(
     PriorityClass names to values (kai-ray's defaults fill in names it lacks). A gang that
     cannot be scheduled as written says why in Gang.problem; nothing here raises for it.
     """
-    groups: dict[str, _Group] = {}
+    groups: dict[str, list[tuple[Obj, Lineage]]] = {}
     elsewhere: set[str] = set()
     for pod in pods:
-        lineage = _lineage(pod, owners)
-        live = not pod_finished(pod)
-        if live and scheduled_by_us(pod, scheduler_names):
-            groups.setdefault(lineage.gang_id, _Group(lineage)).add(pod, lineage)
-        elif lineage.submitter and (live or (pod.get("status") or {}).get("phase") == "Succeeded"):
+        lineage = lineage_of(pod, owners)
+        role = pod_role(pod, lineage, scheduler_names)
+        if role == "ours":
+            groups.setdefault(lineage.gang_id, []).append((pod, lineage))
+        elif role == "submitter elsewhere":
             elsewhere.add(lineage.gang_id)
-    classes = {name: spec.value for name, spec in DEFAULT_PRIORITY_CLASSES.items()}
-    classes.update(priority_classes)
-    ctx = _Context(classes, default_queue, frozenset(elsewhere))
-    gangs = [_gang(group, ctx) for group in groups.values()]
+    ctx = GangContext.of(priority_classes, default_queue, frozenset(elsewhere))
+    gangs = [gang_of(members, ctx) for members in groups.values()]
     return sorted(gangs, key=lambda g: (g.created_at, g.id))
+
+
+def pod_role(pod: Obj, lineage: Lineage, scheduler_names: Collection[str]) -> str:
+    """ "ours" (a live pod of one of our gangs), "submitter elsewhere" (a RayJob's
+    submitter that another scheduler places, or that succeeded: it will not join the
+    gang), or "" (neither)."""
+    live = not pod_finished(pod)
+    if live and scheduled_by_us(pod, scheduler_names):
+        return "ours"
+    if lineage.submitter and (live or (pod.get("status") or {}).get("phase") == "Succeeded"):
+        return "submitter elsewhere"
+    return ""
+
+
+def gang_of(members: Iterable[tuple[Obj, Lineage]], ctx: GangContext) -> Gang:
+    """One gang from its live pods (each with its lineage; at least one)."""
+    members = list(members)
+    group = _Group(members[0][1])
+    for pod, lineage in members:
+        group.add(pod, lineage)
+    return _gang(group, ctx)

@@ -18,7 +18,7 @@ from typing import Any
 
 from kai_ray.k8s.client import ApiError, Kube
 
-__all__ = ["Informer", "key_of"]
+__all__ = ["Informer", "Key", "key_of"]
 
 log = logging.getLogger(__name__)
 Key = tuple[str, str]
@@ -39,11 +39,13 @@ class Informer:
         changed: asyncio.Event,
         optional: bool = False,
         on_change: Callable[[str, dict[str, Any]], None] | None = None,
+        on_relist: Callable[[], None] | None = None,
     ) -> None:
         self.kube, self.path, self.optional = kube, path, optional
         self.items: dict[Key, dict[str, Any]] = {}
         self.changed = changed
-        self.on_change = on_change
+        self.on_change = on_change  # each watch event: (type, object)
+        self.on_relist = on_relist  # after each list: everything may have changed
         self.synced = asyncio.Event()  # set once the first list is in
         self.present = False  # whether the API exists
         self.relists = 0
@@ -78,6 +80,8 @@ class Informer:
         fresh = {key_of(o): o for o in data.get("items", [])}
         if fresh != self.items:
             self.items = fresh
+            if self.on_relist is not None:
+                self.on_relist()
             self.changed.set()
         self._version = data["metadata"]["resourceVersion"]
         self.relists += 1

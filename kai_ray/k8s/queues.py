@@ -10,7 +10,6 @@ other queue keeps working.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,7 +22,6 @@ from kai_ray.core.queues import QueueTreeError, build_queue_tree
 __all__ = ["KAI_RAY_QUEUE_API", "QueueSet", "read_queues"]
 
 KAI_RAY_QUEUE_API = "kai-ray.io/v2"
-_NAMED = re.compile(r"queue '([^']+)'")
 
 
 @dataclass(slots=True)
@@ -75,15 +73,8 @@ def _drop_bad_tree(result: QueueSet) -> None:
             build_queue_tree(result.queues)
             return
         except QueueTreeError as exc:
-            match = _NAMED.search(str(exc))
-            if match is None:  # not about one queue: nothing can be kept apart
-                for q in result.queues:
-                    result.problems[q.name] = str(exc)
-                result.queues = []
-                return
-            bad = match.group(1)
-            result.problems.setdefault(bad, str(exc))
-            result.queues = [q for q in result.queues if q.name != bad]
+            result.problems.setdefault(exc.queue, str(exc))
+            result.queues = [q for q in result.queues if q.name != exc.queue]
 
 
 def queue_status_body(

@@ -15,7 +15,8 @@ import datetime as dt
 import logging
 import math
 from collections import Counter
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from kai_ray.control.demand import wants_capacity
 from kai_ray.control.planner import Plan
@@ -24,7 +25,6 @@ from kai_ray.k8s.client import ApiError, Kube, gather_limited
 from kai_ray.k8s.gangs import Gang
 from kai_ray.k8s.queues import KAI_RAY_QUEUE_API, QueueSet, queue_status_body
 from kai_ray.k8s.taints import describe
-from kai_ray.k8s.world import World
 
 __all__ = ["Reporter", "condition_reason"]
 
@@ -46,6 +46,17 @@ _EVICTED = {
 KAI_UNITS = {"gpu": 1.0, "cpu": 1e-3, "memory": 1e6}  # core units per KAI unit
 
 
+class Gangs(Protocol):
+    """What the reporter reads of the backend's world (kai_ray.k8s.source.KubeSource)."""
+
+    @property
+    def gangs(self) -> Mapping[str, Gang]: ...
+    @property
+    def problems(self) -> Mapping[str, Gang]: ...
+    @property
+    def queue_set(self) -> QueueSet: ...
+
+
 def condition_reason(reason: Reason) -> str:
     """`Unschedulable` for work a new node would help; the code in CamelCase otherwise."""
     if wants_capacity(reason):
@@ -61,10 +72,13 @@ class Reporter:
     def __init__(self, kube: Kube, in_flight: int = 32) -> None:
         self.kube, self.in_flight = kube, in_flight
         self._pod_said: dict[str, tuple[str, str]] = {}  # pod uid -> (reason, message) written
+        # gang id -> (the gang read, reason, message) whose pods were all told it: a gang
+        # that waits as it did costs no look at its pods.
+        self._told: dict[str, tuple[Gang, str, str, str]] = {}
         self._gang_said: dict[str, str] = {}  # gang id -> reason code of its last Event
         self._queue_said: dict[str, Any] = {}  # queue name -> status written
 
-    async def report(self, world: World, result: CycleResult, plan: Plan, queues: QueueSet) -> None:
+    async def report(self, world: Gangs, result: CycleResult, plan: Plan) -> None:
         calls: list[Any] = []
         for job, reason in result.waiting.items():
             gang = world.gangs.get(job)
@@ -75,8 +89,9 @@ class Reporter:
         for job in plan.jobs:
             gang = world.gangs.get(job)
             if gang is not None and job not in result.waiting and self._gang_said.pop(job, ""):
+                self._told.pop(job, None)
                 calls.append(self._event(gang, "Normal", "Scheduled", "placed by kai-ray"))
-        calls += self._queues(result, queues)
+        calls += self._queues(result, world.queue_set)
         for outcome in await gather_limited(calls, self.in_flight):
             if isinstance(outcome, ApiError) and outcome.status != 404:
                 log.warning("status report failed: %s", outcome)
@@ -87,6 +102,10 @@ class Reporter:
         where = f" (position {position[0]} of {position[1]} in queue {gang.queue})" if position else ""
         message = describe(reason.text) + where
         word = condition_reason(reason)
+        told = self._told.get(gang.id)
+        if told is not None and told[0] is gang and told[1:] == (word, message, reason.code):
+            return []
+        self._told[gang.id] = (gang, word, message, reason.code)
         calls: list[Any] = []
         for pod in gang.pods:
             if pod.get("spec", {}).get("nodeName"):

@@ -16,6 +16,7 @@ from typing import Any
 
 __all__ = [
     "TOLERATES_PREFIX",
+    "Profile",
     "Taint",
     "Toleration",
     "blocking_taints",
@@ -28,6 +29,7 @@ TOLERATES_PREFIX = "kai-ray.io/tolerates-"
 _BLOCKING = ("NoSchedule", "NoExecute")
 Taint = tuple[str, str, str]  # key, value, effect
 Toleration = tuple[str, str, str, str]  # key, operator, value, effect
+Profile = Sequence[frozenset[Toleration]]  # the tolerations of each pod of a gang
 
 
 def blocking_taints(node: Mapping[str, Any]) -> tuple[Taint, ...]:
@@ -60,12 +62,12 @@ def _tolerated(taint: Taint, tolerations: Iterable[Toleration]) -> bool:
     return False
 
 
-def tolerates(pods_tolerations: Sequence[frozenset[Toleration]], taints: Iterable[Taint]) -> bool:
+def tolerates(pods_tolerations: Profile, taints: Iterable[Taint]) -> bool:
     """Whether every pod tolerates every one of the node's taints."""
     return all(_tolerated(taint, tol) for taint in taints for tol in pods_tolerations)
 
 
-def profile_label(pods_tolerations: Sequence[frozenset[Toleration]]) -> str:
+def profile_label(pods_tolerations: Profile) -> str:
     """The label standing for one set of pods' tolerations (stable across cycles)."""
     text = repr(sorted(sorted(t) for t in set(pods_tolerations)))
     return TOLERATES_PREFIX + hashlib.sha1(text.encode()).hexdigest()[:10]

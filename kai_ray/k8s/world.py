@@ -1,10 +1,14 @@
-"""The cluster as the core sees it, built from the informers' objects: pure, no I/O.
+"""The cluster as the core sees it, from the informers' objects: pure, no I/O.
 
 Nodes become NodeInfo (allocatable; cordoned, tainted or not Ready nodes take no new
 pods; what other schedulers' pods request is use outside kai-ray). Our gangs become the
 core's jobs, one task per pod: a bound pod runs on its node, a terminating one releases,
 an unbound one is pending. A RayJob in K8sJobMode has one more task until its submitter
 pod exists: the room it will need, held with its cluster (see gangs.Gang.submitter).
+
+The functions here describe one node, one gang, one node's outside use: the ClusterSource
+(kai_ray.k8s.source) calls them for what changed. `build_world` calls them for
+everything: the full rebuild, the reference the patched world is checked against.
 """
 
 from __future__ import annotations
@@ -13,15 +17,15 @@ import calendar
 import dataclasses
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kai_ray.core import ClusterSnapshot, JobInfo, NodeInfo, QueueInfo, Request, TaskInfo, TaskStatus
+from kai_ray.core import ClusterSnapshot, JobInfo, NodeInfo, QueueInfo, TaskInfo, TaskStatus
 from kai_ray.core.quantity import parse_quantity
 from kai_ray.k8s.gangs import Gang, pod_finished, pod_request, scheduled_by_us
 from kai_ray.k8s.sharing import GPU_GROUP_ANNOTATION
-from kai_ray.k8s.taints import blocking_taints, profile_label, tolerates, tolerations_of
+from kai_ray.k8s.taints import Profile, Taint, blocking_taints, profile_label, tolerates, tolerations_of
 
 __all__ = [
     "GPU_GROUP_ANNOTATION",
@@ -29,7 +33,12 @@ __all__ = [
     "SUBMITTER_TASK",
     "World",
     "build_world",
+    "gang_job",
+    "gang_profile",
     "node_info",
+    "outside_node",
+    "outside_use",
+    "tolerated_labels",
 ]
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -107,52 +116,54 @@ def build_world(
     idle_holders = list(idle_holders)
     counted = {p["metadata"].get("uid") for g in problems.values() for p in g.pods}
     counted |= {p["metadata"].get("uid") for p in idle_holders}
-    outside = _outside_use([*pods, *idle_holders], names, counted, assumed)
+    on_node: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for pod in [*pods, *idle_holders]:
+        where = outside_node(pod, names, counted, assumed)
+        if where is not None:
+            on_node[where].append(pod)
     nodes = list(nodes)
-    infos = [node_info(n, outside.get(n["metadata"]["name"])) for n in nodes]
-    selectors = _toleration_labels(nodes, infos, usable)
+    taints = [blocking_taints(n) for n in nodes]
+    profiles = dict(gang_profile(g) for g in usable) if any(taints) else {}
+    infos = [
+        tolerated_labels(node_info(n, outside_use(on_node.get(n["metadata"]["name"], ()))), t, profiles)
+        for n, t in zip(nodes, taints, strict=True)
+    ]
     jobs: list[JobInfo] = []
     task_pods: dict[tuple[str, str], dict[str, Any]] = {}
     for gang in usable:
-        job = _job(gang, assumed, placeholders)
-        if gang.id in selectors:
-            job.node_selector = {**job.node_selector, selectors[gang.id]: "true"}
+        jobs.append(gang_job(gang, assumed, placeholders, tolerating=bool(profiles)))
         for pod in gang.pods:
             task_pods[(gang.id, pod["metadata"]["name"])] = dict(pod)
-        jobs.append(job)
     snapshot = ClusterSnapshot(nodes=infos, queues=queues, jobs=jobs)
     return World(snapshot=snapshot, gangs={g.id: g for g in usable}, pods=task_pods, problems=problems)
 
 
-def _toleration_labels(
-    nodes: list[Mapping[str, Any]], infos: list[NodeInfo], gangs: list[Gang]
-) -> dict[str, str]:
-    """Label the nodes per set of tolerations (changing `infos` in place); gang id -> the
-    label its pods' tolerations stand for. Nothing when no node has a blocking taint."""
-    taints = [blocking_taints(n) for n in nodes]
-    if not any(taints):
-        return {}
-    by_gang: dict[str, str] = {}
-    labelled: dict[str, list[bool]] = {}
-    for gang in gangs:
-        profile = [tolerations_of(p) for p in gang.pods] or [frozenset()]
-        label = profile_label(profile)
-        by_gang[gang.id] = label
-        if label not in labelled:
-            labelled[label] = [tolerates(profile, t) for t in taints]
-    for i, info in enumerate(infos):
-        extra = {label: "true" for label, ok in labelled.items() if ok[i]}
-        if extra:
-            infos[i] = dataclasses.replace(info, labels={**info.labels, **extra})
-    return by_gang
+def gang_profile(gang: Gang) -> tuple[str, Profile]:
+    """The label standing for the gang's pods' tolerations, and those tolerations."""
+    profile = tuple(tolerations_of(p) for p in gang.pods) or (frozenset(),)
+    return profile_label(profile), profile
 
 
-def _job(gang: Gang, assumed: Mapping[str, str], placeholders: Mapping[str, str]) -> JobInfo:
+def tolerated_labels(info: NodeInfo, taints: tuple[Taint, ...], profiles: Mapping[str, Profile]) -> NodeInfo:
+    """The node with the label of each tolerations profile that tolerates all its taints
+    (see kai_ray.k8s.taints); as it is when no profile is given (no node is tainted)."""
+    extra = {label: "true" for label, profile in profiles.items() if tolerates(profile, taints)}
+    return dataclasses.replace(info, labels={**info.labels, **extra}) if extra else info
+
+
+def gang_job(
+    gang: Gang, assumed: Mapping[str, str], placeholders: Mapping[str, str], *, tolerating: bool
+) -> JobInfo:
+    """The gang as the core's job. `tolerating`: some node is tainted, so the job's node
+    selector names its tolerations profile."""
     tasks = [_task(pod, assumed) for pod in gang.pods]
     if gang.submitter is not None:
         node = placeholders.get(gang.id)
         status = TaskStatus.RUNNING if node else TaskStatus.PENDING
         tasks.append(TaskInfo(SUBMITTER_TASK, status, gang.submitter, node=node, since=gang.created_at))
+    selector = dict(gang.node_selector)
+    if tolerating:
+        selector[gang_profile(gang)[0]] = "true"
     return JobInfo(
         name=gang.id,
         queue=gang.queue,
@@ -162,7 +173,7 @@ def _job(gang: Gang, assumed: Mapping[str, str], placeholders: Mapping[str, str]
         min_member=gang.min_member,
         created_at=gang.created_at,
         topology=gang.topology,
-        node_selector=dict(gang.node_selector),
+        node_selector=selector,
     )
 
 
@@ -187,39 +198,39 @@ def _started(pod: Mapping[str, Any]) -> float:
     return timestamp(pod.get("status", {}).get("startTime") or pod["metadata"].get("creationTimestamp"))
 
 
-def _outside_use(
-    pods: Iterable[Mapping[str, Any]],
-    names: frozenset[str],
-    counted: set[Any],
-    assumed: Mapping[str, str],
-) -> dict[str, dict[str, float]]:
-    """Per node, what bound pods that are not the core's tasks hold: other schedulers'
-    pods, and ours in `counted` (uids): gangs left out of the cycle for a problem (they
-    still run), reservations holding a device for no sharing pod."""
-    use: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    for pod in pods:
-        node = pod.get("spec", {}).get("nodeName") or assumed.get(pod["metadata"].get("uid", ""))
-        if not node or pod_finished(pod):
-            continue
-        if scheduled_by_us(pod, names) and pod["metadata"].get("uid") not in counted:
-            continue
+def outside_node(
+    pod: Mapping[str, Any], names: Collection[str], counted: Collection[Any], assumed: Mapping[str, str]
+) -> str | None:
+    """The node where the pod holds capacity that is not one of the core's tasks (another
+    scheduler's pod; one of ours in `counted`, uids: a gang left out of the cycle for a
+    problem, which still runs, or a reservation holding a device for no sharing pod), or
+    None."""
+    node = pod.get("spec", {}).get("nodeName") or assumed.get(pod["metadata"].get("uid", ""))
+    if not node or pod_finished(pod):
+        return None
+    if scheduled_by_us(pod, names) and pod["metadata"].get("uid") not in counted:
+        return None
+    return str(node)
+
+
+def outside_use(pods: Iterable[Mapping[str, Any]]) -> dict[str, float]:
+    """What these pods (of one node) hold, summed in one order (by namespace and name), so
+    that the patched world and the full rebuild add the same floats in the same order."""
+    into: dict[str, float] = defaultdict(float)
+    for pod in sorted(pods, key=lambda p: (p["metadata"].get("namespace", ""), p["metadata"]["name"])):
         try:
             request = pod_request(pod)
         except ValueError:
             request = pod_request({"spec": {**pod.get("spec", {})}, "metadata": {"name": "x"}})
-        _add(use[node], request)
-    return {k: dict(v) for k, v in use.items()}
-
-
-def _add(into: dict[str, float], request: Request) -> None:
-    # An outside pod's GPU share (whole devices: others' sharing is not visible here).
-    for name, amount in (
-        ("gpu", request.gpu),
-        ("cpu", request.cpu),
-        ("memory", request.memory),
-        *request.extended,
-    ):
-        into[name] += amount
+        # An outside pod's GPU share (whole devices: others' sharing is not visible here).
+        for name, amount in (
+            ("gpu", request.gpu),
+            ("cpu", request.cpu),
+            ("memory", request.memory),
+            *request.extended,
+        ):
+            into[name] += amount
+    return dict(into)
 
 
 def timestamp(text: str | None) -> float:

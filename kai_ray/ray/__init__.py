@@ -1,7 +1,7 @@
 """The Ray backend: Ray's adapters of the control plane's ports, the scheduler actor
 that runs the controller, and the client the user API and the CLI talk to.
 
-    adapters       RayCluster, RayActuator, KVStore: the ports on placement groups,
+    adapters       RayNodes, RayExecutor, KVStore: the ports on placement groups,
                    Ray Jobs, stops through the drivers' dispatchers and the GCS
                    key-value store
     translate      Ray nodes -> the core's NodeInfo; requests -> Ray bundles

@@ -36,7 +36,7 @@ from kai_ray.control.snapshot import held_by_workloads
 from kai_ray.control.snapshotfile import build_snapshot, write_snapshot
 from kai_ray.control.views import queue_views, worker_signature
 from kai_ray.core import Pipeline, QueueInfo, SchedulerConfig
-from kai_ray.ray.adapters import RayActuator, RayCluster
+from kai_ray.ray.adapters import RayExecutor, RayNodes
 from kai_ray.ray.dashboard import RayDashboard
 from kai_ray.ray.feed import DISPATCHER_KEY, NAMESPACE, AdmissionFeed
 from kai_ray.ray.kvstore import KVStore
@@ -74,10 +74,10 @@ class _Clock:
         return time.time()
 
 
-class _ReadyWatchingActuator(RayActuator):
+class _ReadyWatchingExecutor(RayExecutor):
     """Tells the actor when a group it created becomes ready, so it need not poll."""
 
-    def __init__(self, cluster: RayCluster, store: KVStore, on_created: Any) -> None:
+    def __init__(self, cluster: RayNodes, store: KVStore, on_created: Any) -> None:
         super().__init__(cluster, store)
         self._on_created = on_created
 
@@ -95,18 +95,19 @@ class SchedulerActor:
     ) -> None:
         logging.basicConfig(level=logging.INFO)
         cfg = SchedulerConfig(**config) if config else SchedulerConfig()
-        self.cluster, self.store = RayCluster(), KVStore()
+        self.cluster, self.store = RayNodes(), KVStore()
         store = self.store
-        actuator = self.actuator = _ReadyWatchingActuator(self.cluster, store, self._watch_ready)
+        executor = self.executor = _ReadyWatchingExecutor(self.cluster, store, self._watch_ready)
         infos = [queue_from_json(q) for q in queues] or [DEFAULT_QUEUE]
         # A long-lived process with many live objects: collect between cycles, not in them.
         self.engine = Controller(
-            self.cluster, actuator, store, _Clock(), infos, cfg, node_label=NODE_ID_LABEL, pause_gc=True
+            self.cluster, executor, store, _Clock(), infos, cfg, node_label=NODE_ID_LABEL, pause_gc=True
         )
         self._waiters: dict[str, list[asyncio.Event]] = {}
         self.feed = AdmissionFeed()  # what each driver's dispatcher hears
         self._metrics: Any = None
         self.dashboard = RayDashboard(self.engine)
+        self.engine.loop.listener = self.dashboard.feed  # the loop tells it of every cycle
         self._dashboard_started: asyncio.Task[str] | None = None
         self._notify(self.engine.load())  # after a restart: state back, reconciled with Ray
         self.period_s = period_s
@@ -151,7 +152,7 @@ class SchedulerActor:
             # Ray places a group on capacity removed less than ~50 ms ago only after a
             # retry back-off of up to a second: a step right after a release waits a
             # moment, so the room a finished workload left goes to the next at once.
-            rest = max(rest, self.actuator.released_at + RELEASE_GAP_S - time.monotonic())
+            rest = max(rest, self.executor.released_at + RELEASE_GAP_S - time.monotonic())
             if rest > 0:
                 await asyncio.sleep(rest)
             self._wake.clear()
@@ -198,7 +199,6 @@ class SchedulerActor:
         if self._metrics is not None:
             self._metrics.record(self.engine.queue_status, self.engine.queues, self.engine.workloads.values())
             self._metrics.cycle_time(time.time() - now)
-        self.dashboard.feed.cycled(now, self.engine.queue_status, bool(step.events))
 
     def _refresh_soon(self) -> None:
         self._nodes_at = 0.0  # rebuild node info on the next step (a GPU probe came back)
@@ -212,10 +212,10 @@ class SchedulerActor:
         # admission); beyond those, once the step is over, so that a cycle's groups are
         # all created before Ray is asked to report on any (the throughput of many).
         self._created_in_step += 1
-        early = self.actuator.ready_ref(group) if self._created_in_step <= EAGER_READY else None
+        early = self.executor.ready_ref(group) if self._created_in_step <= EAGER_READY else None
 
         async def wait() -> None:
-            ref = early if early is not None else self.actuator.ready_ref(group)
+            ref = early if early is not None else self.executor.ready_ref(group)
             if ref is None:  # released already
                 return
             try:

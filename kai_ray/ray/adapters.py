@@ -1,8 +1,8 @@
-"""Ray's adapters of the control plane's ports (kai_ray.control.ports):
+"""Ray's adapters of the workload table's ports (kai_ray.control.ports):
 
-RayCluster    ClusterSource: `ray.nodes()`, with what Ray handed out beyond kai-ray's
+RayNodes      NodeSource: `ray.nodes()`, with what Ray handed out beyond kai-ray's
               own groups reported as use outside the scheduler
-RayActuator   Actuator: pinned placement groups, Ray Jobs, process and actor kills,
+RayExecutor   Executor: pinned placement groups, Ray Jobs, process and actor kills,
               notices in the GCS key-value store
 KVStore       Store: records in Ray's GCS key-value store, with revisions
 """
@@ -24,21 +24,23 @@ from ray.util.placement_group import (
 )
 
 from kai_ray.control import GROUP_PREFIX, WorkerPlacement
+from kai_ray.control.lifecycle import Words
 from kai_ray.core import NodeInfo
 from kai_ray.ray.feed import NAMESPACE, dispatcher_name
 from kai_ray.ray.jobs import RayJobRunner
 from kai_ray.ray.kvstore import KVStore, notice_key
 from kai_ray.ray.translate import NODE_ID_LABEL, RAY_NAMES, bundle_for, node_info
 
-__all__ = ["RayActuator", "RayCluster"]
+__all__ = ["RAY_WORDS", "RayExecutor", "RayNodes"]
 
 log = logging.getLogger(__name__)
+RAY_WORDS = Words(reservation="placement group", backend="Ray")  # in the reasons people read
 
 
 # ---------------------------------------------------------------- the cluster
 
 
-class RayCluster:
+class RayNodes:
     """The nodes Ray reports alive, with NVML facts of their GPUs where probed."""
 
     def __init__(self) -> None:
@@ -81,14 +83,16 @@ def _outside(
     return {k: v for k, v in used.items() if v > 1e-6}
 
 
-# ---------------------------------------------------------------- the actuator
+# ---------------------------------------------------------------- the executor
 
 
-class RayActuator:
+class RayExecutor:
     """Reservations are placement groups whose bundle i is pinned to worker i's node
     (`bundle_label_selector` on the node id); runs are Ray jobs; notices are GCS keys."""
 
-    def __init__(self, cluster: RayCluster, store: KVStore, jobs: RayJobRunner | None = None) -> None:
+    words = RAY_WORDS
+
+    def __init__(self, cluster: RayNodes, store: KVStore, jobs: RayJobRunner | None = None) -> None:
         self.cluster, self.store = cluster, store
         self.jobs = jobs or RayJobRunner()
         self._groups: dict[str, PlacementGroup] = {}
@@ -157,8 +161,11 @@ class RayActuator:
     def run_status(self, run_id: str) -> str:
         return self.jobs.status(run_id)
 
-    def run_outcome(self, run_id: str) -> str:
-        return self.jobs.outcome(run_id)
+    def run_outcome(self, run_id: str, status: str) -> str:
+        if status == "SUCCEEDED":
+            return f"Ray job {run_id} {status}"
+        detail = self.jobs.outcome(run_id) or ("stopped outside kai-ray" if status == "STOPPED" else "")
+        return f"Ray job {run_id} {status}{f' ({detail})' if detail else ''}"
 
     def stop(self, runner: Mapping[str, Any] | None, run_id: str) -> None:
         if runner:  # the dispatcher that started the body kills it (through Ray)

@@ -16,7 +16,7 @@ from typing import Any
 
 import ray
 
-from kai_ray.control import ActionFailed, Workload, task_index
+from kai_ray.control import BackendError, Workload, task_index
 from kai_ray.ray.env import ENV_ATTEMPT, ENV_GROUP, ENV_PLACEMENT, ENV_WORKLOAD
 
 __all__ = [
@@ -48,7 +48,7 @@ class RayJobRunner:
             try:
                 self._client = JobSubmissionClient(self._address or ray.get_runtime_context().gcs_address)
             except Exception as exc:  # the dashboard is not up yet: try again later
-                raise ActionFailed(f"Ray's job server is not reachable yet ({exc})", permanent=False) from exc
+                raise BackendError(f"Ray's job server is not reachable yet ({exc})", permanent=False) from exc
         return self._client
 
     def submit(self, w: Workload) -> str:
@@ -83,7 +83,7 @@ class RayJobRunner:
                     entrypoint_num_cpus=0,  # the driver holds nothing; its work uses the group
                 )
             )
-        except ActionFailed:
+        except BackendError:
             raise
         except Exception as exc:
             if "already exists" not in str(exc):
@@ -93,7 +93,7 @@ class RayJobRunner:
         theirs = self._jobs().get_job_info(submission_id).metadata or {}
         if all(theirs.get(k) == v for k, v in mine.items()):
             return submission_id
-        raise ActionFailed(
+        raise BackendError(
             f"Ray already has a job {submission_id} from an earlier workload with the id {w.id!r}; "
             "submit again with another --submission-id",
             permanent=True,
@@ -123,17 +123,17 @@ class RayJobRunner:
             log.warning("stopping Ray job %s: %s", submission_id, exc)
 
 
-def job_error(exc: Exception) -> ActionFailed:
+def job_error(exc: Exception) -> BackendError:
     """Ray's answer to a job submission as transient (try again) or permanent (fail the
     workload, saying what to fix). The job server answers 400 to a request it finds
     invalid and 500 when no job agent is up yet; the SDK raises ValueError or TypeError
     for a runtime environment it cannot use before it sends anything."""
     text = _first_line(str(exc))
     if isinstance(exc, ValueError | TypeError):
-        return ActionFailed(f"Ray refused the job's runtime environment: {text}", permanent=True)
+        return BackendError(f"Ray refused the job's runtime environment: {text}", permanent=True)
     if "status code 4" in str(exc):
-        return ActionFailed(f"Ray refused the job as invalid: {text}", permanent=True)
-    return ActionFailed(f"Ray could not take the job now: {text}", permanent=False)
+        return BackendError(f"Ray refused the job as invalid: {text}", permanent=True)
+    return BackendError(f"Ray could not take the job now: {text}", permanent=False)
 
 
 def package_uris(runtime_env: dict[str, Any]) -> list[str]:

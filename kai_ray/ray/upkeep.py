@@ -17,7 +17,7 @@ import ray
 
 from kai_ray.control import ControlEvent, Controller
 from kai_ray.control.demand import autoscaler_bundles
-from kai_ray.ray.adapters import RayCluster
+from kai_ray.ray.adapters import RayNodes
 from kai_ray.ray.feed import NAMESPACE, by_dispatcher, dispatcher_name
 from kai_ray.ray.translate import autoscaler_request
 
@@ -56,7 +56,7 @@ def _probe_gpus() -> list[dict[str, Any]]:
 
 
 class Upkeep:
-    def __init__(self, engine: Controller, cluster: RayCluster) -> None:
+    def __init__(self, engine: Controller, cluster: RayNodes) -> None:
         self.engine, self.cluster = engine, cluster
         self._probed: set[str] = set()
         self._asked: list[dict[str, float]] = []  # what Ray's autoscaler was last asked for
@@ -70,7 +70,11 @@ class Upkeep:
         from ray._private.state import state
 
         try:
-            dead = {j["JobID"] for j in state.job_table() if j.get("IsDead")}
+            dead = {
+                j["JobID"]: f"its driver (Ray job {j['JobID']}) exited"
+                for j in state.job_table()
+                if j.get("IsDead")
+            }
         except Exception as exc:  # the GCS is busy or restarting: try again later
             log.debug("job table: %s", exc)
             return []

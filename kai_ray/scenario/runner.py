@@ -10,6 +10,12 @@ Between rounds (after every cycle but the last), also at `t`:
   The next cycle runs at `t + 1`.
 Usage history: the file's fixed `usage`, or with `config.usageWindow` a history recorded
 after every round (what the queues hold from `t` until the next round's cycle).
+
+Each round is one step of the scheduling loop every backend runs (kai_ray.control.loop),
+on the scenario's own state as the world (`ScenarioWorld`): the same usage history, the
+same cycles (incremental, checked against a full one under KAI_RAY_CHECK_INCREMENTAL)
+and the same planner. A job that changes is a new JobInfo (never changed in place), as
+the incremental cycle reads an unchanged object as an unchanged job.
 """
 
 from __future__ import annotations
@@ -17,10 +23,13 @@ from __future__ import annotations
 import dataclasses
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from kai_ray.control.cycles import Cycles
-from kai_ray.control.planner import PlanError, plan_cycle
+from kai_ray.control.cycles import Cycles, cycle_function
+from kai_ray.control.events import ControlEvent
+from kai_ray.control.loop import SchedulingLoop
+from kai_ray.control.planner import Plan, PlanError, plan_cycle
+from kai_ray.control.views import WorkloadView
 from kai_ray.core.model import (
     Bind,
     ClusterSnapshot,
@@ -39,7 +48,9 @@ __all__ = [
     "CycleFn",
     "ScenarioResult",
     "ScenarioRunError",
+    "ScenarioWorld",
     "advance_round",
+    "apply_plan",
     "apply_result",
     "run_scenario",
 ]
@@ -69,32 +80,51 @@ def run_scenario(
 ) -> ScenarioResult:
     """Run every round, then compare with the expectations. Never raises for a core
     failure: it becomes a failed result with `error` set, so one scenario cannot stop
-    a whole run."""
+    a whole run. `cycle`: another decision in place of the core's (tests)."""
+    world = ScenarioWorld(_working_copy(scenario.snapshot))
     # config.usageWindow: usage recorded round by round, as every backend records it
-    cycles = Cycles.of(scenario.config, cycle or _core_cycle())
-    state = _working_copy(scenario.snapshot)
+    cycles = Cycles.of(scenario.config, cycle or cycle_function())
+    loop = SchedulingLoop(world, world, world, scenario.config, cycles)
     last: CycleResult | None = None
     try:
         for round_ in range(scenario.rounds):
             clock = scenario.now + round_
-            last = cycles(state, scenario.config, clock)
-            apply_result(state, last, clock)
+            try:
+                last = loop.step(clock).result
+            except PlanError as e:
+                raise ScenarioRunError(str(e)) from None
             if round_ < scenario.rounds - 1:
-                advance_round(state, clock)
+                advance_round(world.state, clock)
     except Exception as e:  # reported as this scenario's failure, not raised
         error = traceback.format_exc() if keep_traceback else f"{type(e).__name__}: {e}"
-        return _result(scenario, state, [], last, error)
+        return _result(scenario, world.state, [], last, error)
     symbols = scenario.symbols.copy()
-    jobs = {job.name: job for job in state.jobs}
+    jobs = {job.name: job for job in world.state.jobs}
     mismatches = compare(scenario.expectations, jobs, symbols)
-    return _result(scenario, state, mismatches, last, None, symbols)
+    return _result(scenario, world.state, mismatches, last, None, symbols)
 
 
-def _core_cycle() -> CycleFn:
-    # Looked up at call time, so the runner always uses the core as it is now.
-    from kai_ray.core.cycle import run_cycle
+class ScenarioWorld:
+    """A scenario's state as the loop's three ports: its world (ClusterSource), where
+    the plan is carried out (Actuator: the tasks' statuses), and a lifecycle with
+    nothing more to record (the file's expectations read the tasks)."""
 
-    return run_cycle
+    def __init__(self, state: ClusterSnapshot) -> None:
+        self.state = state
+
+    def observe(self, now: float) -> ClusterSnapshot:
+        return self.state
+
+    def apply(self, plan: Plan, result: CycleResult, now: float) -> None:
+        apply_plan(self.state, plan, now)
+
+    def record(
+        self, snapshot: ClusterSnapshot, result: CycleResult, plan: Plan, now: float
+    ) -> list[ControlEvent]:
+        return []
+
+    def views(self, now: float) -> list[WorkloadView]:
+        return []
 
 
 def _result(
@@ -132,39 +162,71 @@ def _working_copy(snapshot: ClusterSnapshot) -> ClusterSnapshot:
 
 
 def apply_result(snapshot: ClusterSnapshot, result: CycleResult, clock: float) -> None:
-    """Carry the cycle's decisions into the tasks' states (see the module docstring),
-    through the same planner every backend uses."""
+    """One cycle's decisions applied as a round applies them: checked by the planner
+    (a decision that cannot be carried out is a ScenarioRunError), then apply_plan."""
     try:
         plan = plan_cycle(result, snapshot.jobs, (n.name for n in snapshot.nodes))
     except PlanError as e:
         raise ScenarioRunError(str(e)) from None
-    tasks = {(job.name, t.name): t for job in snapshot.jobs for t in job.tasks}
+    apply_plan(snapshot, plan, clock)
+
+
+def apply_plan(snapshot: ClusterSnapshot, plan: Plan, clock: float) -> None:
+    """Carry a cycle's plan into the tasks' states (see the module docstring)."""
+    changes: dict[tuple[str, str], tuple[TaskStatus, Bind | Pipeline | None]] = {}
     for job, jp in plan.jobs.items():
         for e in jp.evicted:
-            _set(tasks[(job, e.task)], TaskStatus.RELEASING, clock)
+            changes[(job, e.task)] = (TaskStatus.RELEASING, None)
         for e, move in jp.moved:  # a consolidation move: it waits on its new node
-            _put(tasks[(job, e.task)], move, TaskStatus.PIPELINED, clock)
+            changes[(job, e.task)] = (TaskStatus.PIPELINED, move)
         for b in jp.binds:
-            _put(tasks[(job, b.task)], b, TaskStatus.BINDING, clock)
+            changes[(job, b.task)] = (TaskStatus.BINDING, b)
         for p in jp.pipelined:
-            _put(tasks[(job, p.task)], p, TaskStatus.PIPELINED, clock)
+            changes[(job, p.task)] = (TaskStatus.PIPELINED, p)
+    touched = {job for job, _ in changes}
+    snapshot.jobs = [_changed(job, changes, clock) if job.name in touched else job for job in snapshot.jobs]
 
 
-def _put(task: TaskInfo, placement: Bind | Pipeline, status: TaskStatus, clock: float) -> None:
-    task.node, task.gpu_group = placement.node, placement.gpu_group
-    _set(task, status, clock)
+def _changed(
+    job: JobInfo, changes: dict[tuple[str, str], tuple[TaskStatus, Bind | Pipeline | None]], clock: float
+) -> JobInfo:
+    tasks = []
+    for t in job.tasks:
+        change = changes.get((job.name, t.name))
+        if change is None:
+            tasks.append(t)
+            continue
+        status, placement = change
+        if placement is None:
+            tasks.append(_set(t, status, clock))
+        else:
+            tasks.append(_set(replace(t, node=placement.node, gpu_group=placement.gpu_group), status, clock))
+    return replace(job, tasks=tasks)
 
 
 def advance_round(snapshot: ClusterSnapshot, clock: float) -> None:
     """What happens between two cycles: binds complete, releases finish, waiters re-queue."""
+    jobs = []
     for job in snapshot.jobs:
-        for task in job.tasks:
-            if task.status is TaskStatus.BINDING:
-                _set(task, TaskStatus.RUNNING, clock)
-            elif task.status in (TaskStatus.RELEASING, TaskStatus.PIPELINED):
-                task.node, task.gpu_group = None, None
-                _set(task, TaskStatus.PENDING, clock)
-        _refresh_stale_since(job)
+        tasks = [_advanced(t, clock) for t in job.tasks]
+        if any(a is not b for a, b in zip(tasks, job.tasks, strict=True)) or _stale_since_ends(job):
+            job = replace(job, tasks=tasks)
+            _refresh_stale_since(job)
+        jobs.append(job)
+    snapshot.jobs = jobs
+
+
+def _advanced(task: TaskInfo, clock: float) -> TaskInfo:
+    if task.status is TaskStatus.BINDING:
+        return _set(task, TaskStatus.RUNNING, clock)
+    if task.status in (TaskStatus.RELEASING, TaskStatus.PIPELINED):
+        return _set(replace(task, node=None, gpu_group=None), TaskStatus.PENDING, clock)
+    return task
+
+
+def _stale_since_ends(job: JobInfo) -> bool:
+    active = sum(t.status.is_active for t in job.tasks)
+    return job.stale_since is not None and not 0 < active < job.gang_size
 
 
 def _refresh_stale_since(job: JobInfo) -> None:
@@ -175,6 +237,6 @@ def _refresh_stale_since(job: JobInfo) -> None:
         job.stale_since = None
 
 
-def _set(task: TaskInfo, status: TaskStatus, clock: float) -> None:
-    if task.status is not status:
-        task.status, task.since = status, clock
+def _set(task: TaskInfo, status: TaskStatus, clock: float) -> TaskInfo:
+    """The task in `status`; its `since` becomes `clock` when the status changes."""
+    return task if task.status is status else replace(task, status=status, since=clock)

@@ -23,14 +23,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kai_ray.control import Controller
-from kai_ray.control.memory import ManualClock, MemoryCluster
+from kai_ray.control.memory import ManualClock, MemoryNodes
 from kai_ray.control.usage import cluster_capacity
 from kai_ray.control.validate import SubmitError
 from kai_ray.control.workload import State, WorkloadSpec, group_owner
 from kai_ray.core import CycleResult, Evict, NodeInfo, Pipeline, QueueInfo
 from kai_ray.sim.metrics import Metrics
 from kai_ray.sim.policies import POOL_QUEUE, SimPolicy
-from kai_ray.sim.ports import Amount, NullStore, SimActuator
+from kai_ray.sim.ports import Amount, NullStore, SimExecutor
 from kai_ray.sim.trace import SimJob
 
 __all__ = ["DEFAULT_CHECKPOINT_S", "DEFAULT_PERIOD_S", "JobRun", "Options", "Simulation"]
@@ -79,10 +79,10 @@ class Simulation:
 
     def __post_init__(self) -> None:
         self.clock = ManualClock()
-        self.actuator = SimActuator(listener=self)
+        self.executor = SimExecutor(listener=self)
         self.ctl = Controller(
-            MemoryCluster(list(self.nodes)),
-            self.actuator,
+            MemoryNodes(list(self.nodes)),
+            self.executor,
             NullStore(),
             self.clock,
             self.policy.queues(self.queues),
@@ -140,13 +140,12 @@ class Simulation:
                 break
 
     def _step(self, t: float) -> CycleResult:
-        """Controller.step() without its observation pass over every live workload: this
-        backend reports each change as it happens instead, as Ray's watch does through
-        group_ready(): runs' ends through finish(), reservations ready at once. The pass
-        would cost O(running jobs) per step, more than the cycle itself. The cluster
-        does not change, so nodes are not refreshed either."""
-        result = self.ctl.cycle(t)
-        self.ctl.flush()
+        """One step of the loop without the controller's pass over every live workload
+        (`follow`): this backend reports each change as it happens instead, as Ray's
+        watch does through group_ready(): runs' ends through finish(), reservations ready
+        at once. The pass would cost O(running jobs) per step, more than the cycle
+        itself. The cluster does not change, so nodes are not refreshed either."""
+        result = self.ctl.step(refresh_nodes=False, follow=False).result
         self._start_reserved()
         for d in result.decisions:
             w = self.ctl.workloads.get(d.job) if isinstance(d, Evict) else None
@@ -209,7 +208,7 @@ class Simulation:
 
     def _start_reserved(self) -> None:
         """Reservations are ready at once: tell the controller, which starts the run."""
-        reserved, self.actuator.reserved = self.actuator.reserved, []
+        reserved, self.executor.reserved = self.executor.reserved, []
         for group in reserved:
             self.ctl.group_ready(group)
 
@@ -227,11 +226,11 @@ class Simulation:
         ended = False
         while self.heap and self.heap[0][0] <= t:
             end, run_id = heapq.heappop(self.heap)
-            if self.actuator.runs.get(run_id) != "RUNNING":
+            if self.executor.runs.get(run_id) != "RUNNING":
                 continue  # preempted since: a stale end
             wid = group_owner(run_id)
             run = self.runs[wid]
-            self.actuator.succeed(run_id)
+            self.executor.succeed(run_id)
             held = run.gpus
             w = self.ctl.workloads[wid]
             self.ctl.finish(wid, w.attempt, ok=True)

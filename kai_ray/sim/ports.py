@@ -1,4 +1,4 @@
-"""The simulated backend: an actuator whose reservations are ready at once and whose runs
+"""The simulated backend: an executor whose reservations are ready at once and whose runs
 end when the simulation says so, and a store that keeps nothing (a simulation never
 restarts, and serialising every record would be most of its cost)."""
 
@@ -8,17 +8,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from kai_ray.control.memory import MemoryActuator
+from kai_ray.control.memory import MemoryExecutor
 from kai_ray.control.ports import Record, WorkerPlacement
 from kai_ray.control.workload import group_owner
 
-__all__ = ["Amount", "NullStore", "SimActuator", "SimListener"]
+__all__ = ["Amount", "NullStore", "SimExecutor", "SimListener"]
 
 Amount = tuple[float, float, float]  # GPUs, cores, bytes of memory
 
 
 class SimListener(Protocol):
-    """What the simulation learns from its actuator, at the virtual time it happens."""
+    """What the simulation learns from its executor, at the virtual time it happens."""
 
     def held(self, wid: str, amount: Amount) -> None:
         """A workload's reservations grew (or shrank: negative) by this much (GPUs,
@@ -31,8 +31,8 @@ class SimListener(Protocol):
 
 
 @dataclass
-class SimActuator(MemoryActuator):
-    """MemoryActuator's reservations, ready at once. New reservations are listed in
+class SimExecutor(MemoryExecutor):
+    """MemoryExecutor's reservations, ready at once. New reservations are listed in
     `reserved` (the engine drains it after every step and reports them ready, as a
     backend's watch would)."""
 
@@ -53,7 +53,7 @@ class SimActuator(MemoryActuator):
         return group
 
     def release(self, group: str, kill: bool = False) -> None:
-        # No log of releases (MemoryActuator keeps one): a simulation makes millions.
+        # No log of releases (MemoryExecutor keeps one): a simulation makes millions.
         self.groups.pop(group, None)
         amount = self.amounts.pop(group, None)
         if self.listener is not None and amount is not None:

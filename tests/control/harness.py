@@ -7,7 +7,7 @@ from typing import Any
 
 from kai_ray.control import Controller, Workload, WorkloadSpec
 from kai_ray.control.events import ControlEvent
-from kai_ray.control.memory import ManualClock, MemoryActuator, MemoryCluster, MemoryStore
+from kai_ray.control.memory import ManualClock, MemoryExecutor, MemoryNodes, MemoryStore
 from kai_ray.core import HOSTNAME_LABEL, NodeInfo, QueueInfo, SchedulerConfig
 
 GIB = 2**30
@@ -32,8 +32,8 @@ class Harness:
     """`h.at(t).step()`: one controller step at time t; `events` keeps all returned."""
 
     controller: Controller
-    cluster: MemoryCluster
-    actuator: MemoryActuator
+    cluster: MemoryNodes
+    executor: MemoryExecutor
     store: MemoryStore
     clock: ManualClock
     events: list[ControlEvent] = field(default_factory=list)
@@ -53,16 +53,16 @@ class Harness:
         return self.controller.workloads[wid]
 
     def restarted(self) -> Harness:
-        """A new controller on the same store, actuator and cluster (a scheduler restart)."""
-        fresh = Controller(self.cluster, self.actuator, self.store, self.clock, QUEUES)
+        """A new controller on the same store, executor and cluster (a scheduler restart)."""
+        fresh = Controller(self.cluster, self.executor, self.store, self.clock, QUEUES)
         self.events += fresh.load()
-        return Harness(fresh, self.cluster, self.actuator, self.store, self.clock, self.events)
+        return Harness(fresh, self.cluster, self.executor, self.store, self.clock, self.events)
 
 
 def make(
     nodes: int = 2, queues: list[QueueInfo] | None = None, config: SchedulerConfig | None = None
 ) -> Harness:
-    cluster = MemoryCluster([node(f"n{i}") for i in range(nodes)])
-    actuator, store, clock = MemoryActuator(), MemoryStore(), ManualClock()
-    controller = Controller(cluster, actuator, store, clock, queues or QUEUES, config)
-    return Harness(controller, cluster, actuator, store, clock)
+    cluster = MemoryNodes([node(f"n{i}") for i in range(nodes)])
+    executor, store, clock = MemoryExecutor(), MemoryStore(), ManualClock()
+    controller = Controller(cluster, executor, store, clock, queues or QUEUES, config)
+    return Harness(controller, cluster, executor, store, clock)

@@ -61,7 +61,7 @@ def test_work_outside_the_scheduler_makes_a_worker_wait_not_fail() -> None:
     h.cluster.outside = {"n0": {"gpu": 4.0}, "n1": {"gpu": 4.0}}  # another user's actors
     w = h.submit("w")  # fits an empty node: accepted
     h.at(1).step()
-    assert w.state is State.QUEUED and not h.actuator.groups
+    assert w.state is State.QUEUED and not h.executor.groups
     assert w.reason_code == "no-room"
     assert "no node has room now" in w.reason and "work outside the scheduler holds 8 GPUs" in w.reason
     with pytest.raises(SubmitError, match="largest node has GPU 4"):  # never fits: refused
@@ -74,11 +74,11 @@ def test_work_outside_the_scheduler_makes_a_worker_wait_not_fail() -> None:
 def test_a_gang_is_reserved_pinned_written_ahead_then_runs() -> None:
     h = make()
     stored_first = []
-    h.actuator.before_reserve = lambda group: stored_first.append("wl/w" in h.store.data)
+    h.executor.before_reserve = lambda group: stored_first.append("wl/w" in h.store.data)
     w = h.submit("w", workers=2)
     h.at(1).step()
     assert w.state is State.ADMITTING
-    (workers,) = h.actuator.groups.values()
+    (workers,) = h.executor.groups.values()
     assert sorted(p.node for p in workers) == ["n0", "n1"]  # one 4-GPU worker per node
     assert stored_first == [True]  # the record existed before the reservation
     stored = h.store.data["wl/w"].value
@@ -90,11 +90,11 @@ def test_a_gang_is_reserved_pinned_written_ahead_then_runs() -> None:
 
 def test_a_reservation_not_ready_in_time_is_released_and_retried_with_back_off() -> None:
     h = make()
-    h.actuator.ready = False
+    h.executor.ready = False
     w = h.submit("w", admission_timeout=5)
     h.at(1).step()
     h.at(10).step()
-    assert h.actuator.released == ["kai-ray/w/1"]
+    assert h.executor.released == ["kai-ray/w/1"]
     # Re-queued with the reason, and not tried again before its back-off (2 s) is over.
     assert [x[2] for x in w.history] == ["Queued", "Admitting", "Queued"]
     assert "not ready after 5s" in w.reason and "next try in 2s" in w.reason
@@ -104,11 +104,11 @@ def test_a_reservation_not_ready_in_time_is_released_and_retried_with_back_off()
     h.at(11).step()
     assert w.state is State.QUEUED and w.attempt == 1
     h.at(12).step()  # a fresh group
-    assert w.state is State.ADMITTING and w.attempt == 2 and list(h.actuator.groups) == ["kai-ray/w/2"]
+    assert w.state is State.ADMITTING and w.attempt == 2 and list(h.executor.groups) == ["kai-ray/w/2"]
     # Failing again doubles the wait; success resets the count.
     h.at(18).step()
     assert w.state is State.QUEUED and "next try in 4s" in w.reason and h.controller.next_deadline() == 22
-    h.actuator.ready = True
+    h.executor.ready = True
     h.at(22).step()
     h.at(23).step()
     assert w.state is State.RUNNING and w.failed_admissions == 0 and w.retry_at is None
@@ -127,15 +127,15 @@ def test_preemption_gives_notice_then_stops_and_requeues_or_fails() -> None:
     assert not h.controller.register_runner("low", 2, runner)  # not this workload's attempt
     h.submit("high", priority=125, preemptible=False)
     h.at(3).step()
-    assert low.state is State.PREEMPTING and h.actuator.notices["low"]["deadline"] == 13
-    assert h.actuator.stopped == [] and "kai-ray/low/1" in h.actuator.groups  # grace period
+    assert low.state is State.PREEMPTING and h.executor.notices["low"]["deadline"] == 13
+    assert h.executor.stopped == [] and "kai-ray/low/1" in h.executor.groups  # grace period
     assert any(isinstance(e, Preempted) and e.workload == "low" for e in h.events)
     h.at(12).step()
     assert low.state is State.PREEMPTING
     h.at(13).step()
     assert low.state is State.QUEUED and "preempt" in low.history[-1][3]
-    assert h.actuator.stopped == [(runner, "")]
-    assert "kai-ray/low/1" not in h.actuator.groups and "low" not in h.actuator.notices
+    assert h.executor.stopped == [(runner, "")]
+    assert "kai-ray/low/1" not in h.executor.groups and "low" not in h.executor.notices
     h.at(14).step()
     h.at(15).step()
     assert h.w("high").state is State.RUNNING
@@ -151,12 +151,12 @@ def test_a_restart_reconciles_with_the_live_reservations() -> None:
     h.at(1).step()
     h.at(2).step()
     assert {w.state for w in h.controller.workloads.values()} == {State.RUNNING}
-    h.actuator.groups.pop("kai-ray/lost/1")  # gone while the scheduler was down
-    h.actuator.groups["kai-ray/ghost/1"] = []  # made but never recorded
+    h.executor.groups.pop("kai-ray/lost/1")  # gone while the scheduler was down
+    h.executor.groups["kai-ray/ghost/1"] = []  # made but never recorded
     fresh = h.at(3).restarted()
     assert fresh.w("kept").state is State.RUNNING and fresh.w("lost").state is State.QUEUED
     assert "lost while the scheduler restarted" in fresh.w("lost").reason
-    assert "kai-ray/ghost/1" in h.actuator.released and "kai-ray/kept/1" in h.actuator.groups
+    assert "kai-ray/ghost/1" in h.executor.released and "kai-ray/kept/1" in h.executor.groups
     assert fresh.store.data["wl/lost"].value["state"] == "Queued"  # type: ignore[index]
 
 
@@ -172,7 +172,7 @@ def test_cancel_releases_and_positions_follow_the_cores_order() -> None:
     assert positions == {"urgent": 1, "second": 2, "third": 3}
     assert h.controller.info("third")["queue_length"] == 3 and h.controller.info("third")["reason"]
     h.controller.cancel("first")
-    assert h.w("first").state is State.CANCELLED and h.actuator.groups == {}
+    assert h.w("first").state is State.CANCELLED and h.executor.groups == {}
     h.at(3).step()
     assert h.w("urgent").state is State.ADMITTING
 
@@ -190,9 +190,9 @@ def test_the_longest_finished_are_forgotten_first_and_never_a_live_one(monkeypat
     """Finished workloads are kept for status queries up to KEEP_FINISHED; beyond that
     a submission forgets the one finished longest ago (without a scan of the table:
     with ten thousand waiting, a scan per submission cost more than the submission)."""
-    from kai_ray.control import controller as controller_module
+    from kai_ray.control import table as table_module
 
-    monkeypatch.setattr(controller_module, "KEEP_FINISHED", 2)
+    monkeypatch.setattr(table_module, "KEEP_FINISHED", 2)
     h = make(nodes=1)
     for wid in ("a", "b", "c"):
         h.submit(wid, resources_per_worker={"GPU": 1, "CPU": 1})

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from kai_ray.control import Controller, State
 from kai_ray.control.cycles import CHECK_INCREMENTAL_ENV, IncrementalMismatch
-from kai_ray.control.memory import ManualClock, MemoryActuator, MemoryCluster, MemoryStore
+from kai_ray.control.memory import ManualClock, MemoryExecutor, MemoryNodes, MemoryStore
 from kai_ray.control.snapshot import job_info
 from kai_ray.core import CycleCache, QueueInfo, SchedulerConfig, run_cycle
 from tests.control.harness import QUEUES, node, spec
@@ -22,10 +22,10 @@ from tests.control.harness import QUEUES, node, spec
 
 def controller(full: bool) -> Controller:
     """`full`: the reference, every cycle rebuilt from JobInfos made afresh."""
-    cluster = MemoryCluster([node(f"n{i}") for i in range(3)])
+    cluster = MemoryNodes([node(f"n{i}") for i in range(3)])
     c = Controller(
         cluster,
-        MemoryActuator(),
+        MemoryExecutor(),
         MemoryStore(),
         ManualClock(),
         QUEUES,
@@ -34,7 +34,7 @@ def controller(full: bool) -> Controller:
         incremental=not full,
     )
     if full:
-        c._infos.get = lambda w: job_info(w, c.node_label)  # type: ignore[method-assign]
+        c.infos.get = lambda w: job_info(w, c.node_label)  # type: ignore[method-assign]
     return c
 
 
@@ -63,7 +63,7 @@ def apply(c: Controller, op: tuple[Any, ...], serial: int) -> None:
     elif kind == "cancel" and live:
         c.cancel(live[op[1] % len(live)])
     elif kind == "ready":
-        c.actuator.ready = op[1]  # type: ignore[attr-defined]
+        c.executor.ready = op[1]  # type: ignore[attr-defined]
     elif kind == "outside":
         c.cluster.outside = {"n0": {"gpu": float(op[1])}} if op[1] else {}  # type: ignore[attr-defined]
     elif kind == "queues":
@@ -127,7 +127,7 @@ def test_a_surplus_worker_placed_while_running_is_seen_by_the_next_cycle() -> No
 def test_what_workloads_hold_is_worked_out_only_for_a_source_that_reads_it() -> None:
     seen: list[dict[str, dict[str, float]]] = []
 
-    class Reading(MemoryCluster):
+    class Reading(MemoryNodes):
         def nodes(self, held: Any) -> list[Any]:
             seen.append({k: dict(v) for k, v in held.items()})
             return super().nodes(held)

@@ -41,7 +41,7 @@ def elastic() -> Workload:
 
 def preempting(**kw: object) -> Workload:
     w = running(grace_period=10, **kw)
-    lc.transition(w, lc.Evict(frozenset({"w0"}), "preempt: by x"), 3.0)
+    lc.transition(w, lc.TasksEvicted(frozenset({"w0"}), "preempt: by x"), 3.0)
     return w
 
 
@@ -87,7 +87,7 @@ ROWS = [
     Row(
         "evicted before it started",
         admitting,
-        lc.Evict(frozenset({"w0"}), "reclaim: x"),
+        lc.TasksEvicted(frozenset({"w0"}), "reclaim: x"),
         State.QUEUED,
         [lc.Release, lc.Notify],
         "evicted before it started (reclaim: x)",
@@ -95,7 +95,7 @@ ROWS = [
     Row(
         "preempted: a notice first",
         lambda: running(grace_period=10),
-        lc.Evict(frozenset({"w0"}), "preempt: x"),
+        lc.TasksEvicted(frozenset({"w0"}), "preempt: x"),
         State.PREEMPTING,
         [lc.Notify],
         "stopping at the deadline",
@@ -103,7 +103,7 @@ ROWS = [
     Row(
         "preempted with no grace: stopped at once",
         lambda: running(grace_period=0),
-        lc.Evict(frozenset({"w0"}), "preempt: x"),
+        lc.TasksEvicted(frozenset({"w0"}), "preempt: x"),
         State.QUEUED,
         [lc.Notify, lc.Release, lc.Notify],
         "re-queued",
@@ -168,7 +168,7 @@ ROWS = [
     Row(
         "surplus only: taken back later, the rest runs",
         elastic,
-        lc.Evict(frozenset({"w2"}), "reclaim: x"),
+        lc.TasksEvicted(frozenset({"w2"}), "reclaim: x"),
         State.RUNNING,
     ),
     Row(
@@ -201,7 +201,7 @@ def test_a_block_is_released_with_its_actors_killed() -> None:
 
 def test_the_notice_carries_the_deadline_and_the_attempt() -> None:
     w = running(grace_period=10)
-    (notice,) = lc.transition(w, lc.Evict(frozenset({"w0"}), "preempt: x"), 5.0)
+    (notice,) = lc.transition(w, lc.TasksEvicted(frozenset({"w0"}), "preempt: x"), 5.0)
     assert notice == lc.Notify({"reason": "preempt: x", "deadline": 15.0, "attempt": 1})
 
 
@@ -209,7 +209,7 @@ def test_surplus_slots_live_by_their_own_table() -> None:
     w = elastic()
     assert [s.state for s in w.slots.values()] == [SlotState.READY, SlotState.RESERVING, SlotState.RESERVING]
     lc.transition(w, lc.SurplusReady("w1"), 3.0)
-    lc.transition(w, lc.Evict(frozenset({"w1", "w2"}), "reclaim: x"), 4.0)
+    lc.transition(w, lc.TasksEvicted(frozenset({"w1", "w2"}), "reclaim: x"), 4.0)
     assert {t: (s.state, s.releasing_at) for t, s in w.slots.items() if s.surplus} == {
         "w1": (SlotState.RELEASING, 9.0),
         "w2": (SlotState.RELEASING, 9.0),
@@ -224,7 +224,7 @@ def test_surplus_slots_live_by_their_own_table() -> None:
     ("start", "event"),
     [
         (queued, lc.GangReady()),
-        (queued, lc.Evict(frozenset({"w0"}), "x")),
+        (queued, lc.TasksEvicted(frozenset({"w0"}), "x")),
         (running, lc.AdmissionTimedOut()),
         (lambda: _finished(), lc.Cancel()),
         (lambda: _finished(), lc.Place((P("w0", "n0"),))),

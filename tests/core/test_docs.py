@@ -10,11 +10,13 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "semantics.md"
 
 
 def _index() -> list[tuple[str, str, list[str]]]:
-    """(rule, module, [names]) for each row `| rule | file.py:name, name |`."""
+    """(rule, module, [names]) for each row `| rule | [package/]file.py:name, name |`."""
     rows = []
-    for rule, where in re.findall(r"^\| ([^|]+?) \| (\w+\.py:[^|]+?) \|$", DOCS.read_text(), re.MULTILINE):
+    for rule, where in re.findall(r"^\| ([^|]+?) \| ([\w/]+\.py:[^|]+?) \|$", DOCS.read_text(), re.MULTILINE):
         module, names = where.split(":", 1)
-        rows.append((rule, module.removesuffix(".py"), [n.strip() for n in names.split(",")]))
+        rows.append(
+            (rule, module.removesuffix(".py").replace("/", "."), [n.strip() for n in names.split(",")])
+        )
     return rows
 
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kai_ray.core.jobdiff import Run, diff_jobs, first_difference
+from kai_ray.core.incremental.jobdiff import Run, diff_jobs, first_difference
 
 
 def splice(old: list[Item], pieces: list[Run | int], added: Callable[[int], Item]) -> list[Item]:

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from kai_ray.core import SchedulerConfig
-from kai_ray.core.cluster import ClusterState, build_state, cluster_total
+from kai_ray.core.build import build_state
+from kai_ray.core.cluster import ClusterState, cluster_total
 from kai_ray.core.context import CycleContext
 from kai_ray.core.fairshare import compute_fair_shares
 from kai_ray.core.model import TaskStatus

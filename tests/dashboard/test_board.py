@@ -9,7 +9,7 @@ import pytest
 
 from kai_ray.control.views import share_standing
 from kai_ray.core import QueueInfo, QueueStatus
-from kai_ray.dashboard import Holding, board_from_controller, device_layout, queue_rows
+from kai_ray.dashboard import DeviceShare, board_from_controller, device_layout, queue_rows
 
 from ..control.harness import make
 
@@ -72,7 +72,7 @@ def used(devices: list[dict[str, Any]]) -> list[float]:
         (
             "whole GPUs take empty devices",
             4,
-            [Holding("a", "q", 2), Holding("b", "q", 1)],
+            [DeviceShare("a", "q", 2), DeviceShare("b", "q", 1)],
             0,
             [1, 1, 1, 0],
             [0] * 4,
@@ -80,7 +80,7 @@ def used(devices: list[dict[str, Any]]) -> list[float]:
         (
             "fractions share a device first",
             2,
-            [Holding("a", "q", 0.5), Holding("b", "q", 0.25)],
+            [DeviceShare("a", "q", 0.5), DeviceShare("b", "q", 0.25)],
             0,
             [0.75, 0],
             [0, 0],
@@ -88,19 +88,19 @@ def used(devices: list[dict[str, Any]]) -> list[float]:
         (
             "a fraction that does not fit opens the next",
             2,
-            [Holding("a", "q", 0.75), Holding("b", "q", 0.5)],
+            [DeviceShare("a", "q", 0.75), DeviceShare("b", "q", 0.5)],
             0,
             [0.75, 0.5],
             [0, 0],
         ),
-        ("named devices are kept", 3, [Holding("a", "q", 0.5, device=2)], 0, [0, 0, 0.5], [0, 0, 0]),
-        ("outside use fills from the back", 4, [Holding("a", "q", 1)], 2, [1, 0, 0, 0], [0, 0, 1, 1]),
+        ("named devices are kept", 3, [DeviceShare("a", "q", 0.5, device=2)], 0, [0, 0, 0.5], [0, 0, 0]),
+        ("outside use fills from the back", 4, [DeviceShare("a", "q", 1)], 2, [1, 0, 0, 0], [0, 0, 1, 1]),
     ],
 )
 def test_device_layout(
     name: str,
     gpus: int,
-    holdings: list[Holding],
+    holdings: list[DeviceShare],
     outside: float,
     expect_used: list[float],
     expect_outside: list[float],

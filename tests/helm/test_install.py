@@ -57,6 +57,47 @@ def account_kubeconfig(k8s: K8sEnv, path: Path) -> str:
     return str(path)
 
 
+# What the operator does with its account, and what it must not be able to do.
+NEEDED = [
+    ("list", "nodes"),
+    ("watch", "pods"),
+    ("create", "pods/binding"),
+    ("create", "pods/eviction"),
+    ("patch", "pods/status"),
+    ("create", "events"),
+    ("list", "queues.kai-ray.io"),
+    ("patch", "queues.kai-ray.io/status"),
+    ("list", "rayclusters.ray.io"),
+    ("watch", "priorityclasses"),
+]
+NOT_NEEDED = [
+    ("get", "secrets"),
+    ("list", "secrets"),
+    ("create", "pods"),
+    ("delete", "pods"),
+    ("delete", "nodes"),
+    ("create", "queues.kai-ray.io"),
+    ("*", "*"),
+    ("create", "clusterrolebindings"),
+]
+
+
+def can(kubectl: str, kubeconfig: str, verb: str, resource: str, *extra: str) -> bool:
+    """`kubectl auth can-i` as the kubeconfig's user."""
+    resource, _, sub = resource.partition("/")  # kubectl reads "pods/x" as the pod named x
+    subresource = [f"--subresource={sub}"] if sub else []
+    argv = [kubectl, "--kubeconfig", kubeconfig, "auth", "can-i", verb, resource, *subresource, *extra]
+    done = run(*argv, check=False)
+    return done.stdout.strip() == "yes"
+
+
+def assert_least_privilege(kubectl: str, kubeconfig: str) -> None:
+    for verb, resource in NEEDED:
+        assert can(kubectl, kubeconfig, verb, resource, "--all-namespaces"), (verb, resource)
+    for verb, resource in NOT_NEEDED:
+        assert not can(kubectl, kubeconfig, verb, resource, "--all-namespaces"), (verb, resource)
+
+
 def test_install_schedule_with_its_account_and_uninstall(rbac_cluster: K8sEnv, tmp_path: Path) -> None:
     k8s = rbac_cluster
     helm, kubectl = tools()
@@ -68,40 +109,7 @@ def test_install_schedule_with_its_account_and_uninstall(rbac_cluster: K8sEnv, t
     k8s.install(kuberay=True)  # KubeRay's CRDs, as a cluster with KubeRay has them
 
     sa = account_kubeconfig(k8s, tmp_path / "sa.kubeconfig")
-
-    def can(verb: str, resource: str, *extra: str) -> bool:
-        resource, _, sub = resource.partition("/")  # kubectl reads "pods/x" as the pod named x
-        subresource = [f"--subresource={sub}"] if sub else []
-        done = run(
-            kubectl, "--kubeconfig", sa, "auth", "can-i", verb, resource, *subresource, *extra, check=False
-        )
-        return done.stdout.strip() == "yes"
-
-    needed = [
-        ("list", "nodes"),
-        ("watch", "pods"),
-        ("create", "pods/binding"),
-        ("create", "pods/eviction"),
-        ("patch", "pods/status"),
-        ("create", "events"),
-        ("list", "queues.kai-ray.io"),
-        ("patch", "queues.kai-ray.io/status"),
-        ("list", "rayclusters.ray.io"),
-        ("watch", "priorityclasses"),
-    ]
-    for verb, resource in needed:
-        assert can(verb, resource, "--all-namespaces"), (verb, resource)
-    for verb, resource in [
-        ("get", "secrets"),
-        ("list", "secrets"),
-        ("create", "pods"),
-        ("delete", "pods"),
-        ("delete", "nodes"),
-        ("create", "queues.kai-ray.io"),
-        ("*", "*"),
-        ("create", "clusterrolebindings"),
-    ]:
-        assert not can(verb, resource, "--all-namespaces"), (verb, resource)
+    assert_least_privilege(kubectl, sa)
 
     # The operator as the chart runs it: with the account's token, nothing more.
     k8s.node("n0", gpus=4)

@@ -478,15 +478,16 @@ PROBLEMS = [
         "unknown class in the Ray label",
         [rc_pod("h")],
         [raycluster().labels({RAY_CLASS: "trian"})],
-        "RayCluster ml/rc: priority class 'trian' does not exist (label ray.io/priority-class-name "
-        "on RayCluster ml/rc): create the PriorityClass or use one of train, build-preemptible, build, "
-        "inference",
+        "RayCluster ml/rc (label ray.io/priority-class-name on RayCluster ml/rc): priority class "
+        "'trian' does not exist; did you mean 'train'? use one of build, build-preemptible, inference, "
+        "train, or create the PriorityClass",
     ),
     (
         "unknown class in a pod's spec",
         [pod("p").spec(priorityClassName="gold")],
         [],
-        "Pod ml/p: priority class 'gold' does not exist (spec.priorityClassName of Pod ml/p)",
+        "Pod ml/p (spec.priorityClassName of Pod ml/p): priority class 'gold' does not exist; use one "
+        "of build, build-preemptible, inference, train, or create the PriorityClass",
     ),
     (
         "bad preemptibility",

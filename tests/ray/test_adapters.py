@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from kai_ray.control import Controller, State, WorkloadSpec
-from kai_ray.control.memory import ManualClock, MemoryActuator, MemoryCluster, MemoryStore
+from kai_ray.control.memory import ManualClock, MemoryExecutor, MemoryNodes, MemoryStore
 from kai_ray.core import QueueInfo, SchedulerConfig
 
 from .conftest import GPUS_PER_NODE, gpu_node_ids, groups_of, wait_until
@@ -31,19 +31,19 @@ def memory_ports() -> tuple[Controller, Callable[[], None], dict[str, Any]]:
     from kai_ray.core import HOSTNAME_LABEL, NodeInfo
 
     nodes = [NodeInfo(f"n{i}", gpus=GPUS_PER_NODE, cpu=4, labels={HOSTNAME_LABEL: f"n{i}"}) for i in range(3)]
-    clock, actuator = ManualClock(), MemoryActuator()
-    controller = Controller(MemoryCluster(nodes), actuator, MemoryStore(), clock, QUEUES)
+    clock, executor = ManualClock(), MemoryExecutor()
+    controller = Controller(MemoryNodes(nodes), executor, MemoryStore(), clock, QUEUES)
 
     def tick() -> None:
         clock.advance(0.5)
         controller.step()
 
-    return controller, tick, {"notices": actuator.notices, "groups": lambda w: actuator.groups}
+    return controller, tick, {"notices": executor.notices, "groups": lambda w: executor.groups}
 
 
 @pytest.fixture
 def ray_ports(ray_cluster: Any) -> Iterator[tuple[Controller, Callable[[], None], dict[str, Any]]]:
-    from kai_ray.ray.adapters import RayActuator, RayCluster
+    from kai_ray.ray.adapters import RayExecutor, RayNodes
     from kai_ray.ray.kvstore import KVStore
     from kai_ray.ray.translate import NODE_ID_LABEL
 
@@ -51,10 +51,10 @@ def ray_ports(ray_cluster: Any) -> Iterator[tuple[Controller, Callable[[], None]
 
     reset_scheduler()  # no scheduler actor: this test is the controller
     store = KVStore(prefix="adapter-test/")
-    cluster = RayCluster()
-    actuator = RayActuator(cluster, store)
+    cluster = RayNodes()
+    executor = RayExecutor(cluster, store)
     controller = Controller(
-        cluster, actuator, store, WallClock(), QUEUES, SchedulerConfig(), node_label=NODE_ID_LABEL
+        cluster, executor, store, WallClock(), QUEUES, SchedulerConfig(), node_label=NODE_ID_LABEL
     )
 
     def tick() -> None:

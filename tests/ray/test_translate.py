@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from kai_ray.control import ActionFailed
+from kai_ray.control import BackendError
 from kai_ray.control.snapshot import request_for
 from kai_ray.ray.gpus import summarize
 from kai_ray.ray.jobs import job_error
@@ -56,7 +56,7 @@ AGENT_DOWN = RuntimeError(
 )
 def test_ray_job_errors_are_classified(error: Exception, permanent: bool, says: str) -> None:
     failed = job_error(error)
-    assert isinstance(failed, ActionFailed) and failed.permanent is permanent and says in str(failed)
+    assert isinstance(failed, BackendError) and failed.permanent is permanent and says in str(failed)
 
 
 def test_node_ids_read_as_twelve_digits() -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from kai_ray.cli import main
 from kai_ray.control import Controller
-from kai_ray.control.memory import ManualClock, MemoryActuator, MemoryCluster, MemoryStore
+from kai_ray.control.memory import ManualClock, MemoryExecutor, MemoryNodes, MemoryStore
 from kai_ray.control.snapshotfile import (
     SNAPSHOT_VERSION,
     SnapshotFormatError,
@@ -27,7 +27,7 @@ def _controller() -> Controller:
     """Queue a borrows the whole 8-GPU node; b then asks for its quota: a reclaim."""
     queues = [QueueInfo(name="a", quota=(4, 0, 0)), QueueInfo(name="b", quota=(4, 0, 0))]
     clock = ManualClock(100.0)
-    ctl = Controller(MemoryCluster(parse_cluster("1x8")), MemoryActuator(), MemoryStore(), clock, queues)
+    ctl = Controller(MemoryNodes(parse_cluster("1x8")), MemoryExecutor(), MemoryStore(), clock, queues)
     ctl.submit("big", WorkloadSpec(queue="a", workers=2, resources_per_worker={"GPU": 4}))
     ctl.step()
     ctl.step()  # its group is ready: running

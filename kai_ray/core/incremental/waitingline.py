@@ -3,7 +3,7 @@
 Per leaf queue, the jobs with pending tasks as the snapshot has them, in the policy's job
 order (entries `(*job key, job.order, job)`, kept sorted), and allocate's SureToFail for
 them (their search keys, grouped). A cycle builds one from its state; the cycle cache
-(incremental.py) keeps one between cycles and adds or removes only the jobs that came or
+(cache.py) keeps one between cycles and adds or removes only the jobs that came or
 went, so that a steady cycle neither keys nor sorts a thousand waiting jobs again.
 
 Why that is the same line: a job's order key and search key are read from the job alone
@@ -11,7 +11,7 @@ Why that is the same line: a job's order key and search key are read from the jo
 snapshot made it. The line therefore holds only while the cycle has changed nothing:
 `CycleContext.waiting_line` hands it out then, and builds a fresh one otherwise. Orders
 must keep their comparisons: a cache that numbers its jobs afresh builds the line again.
-The policy's job key must be a function of the job (the default's is); it is kept.
+The policy's job key must be a function of the job (the contract: `Policy`, policy.py).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from kai_ray.core.cluster import ClusterState, Job
-from kai_ray.core.failures import FailedSearches
+from kai_ray.core.failedsearches import FailedSearches
 from kai_ray.core.jobqueues import JobQueues, line_entries
 from kai_ray.core.settling import SureToFail
 

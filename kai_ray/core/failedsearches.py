@@ -1,4 +1,4 @@
-"""One rule for "an equivalent search already failed in this cycle: skip it".
+"""Failed searches: one rule for "an equivalent search already failed in this cycle: skip it".
 
 A search that fails (a gang that does not fit the free room; a victim search that finds no
 victims) fails again for another job with the same inputs while the state is unchanged.
@@ -41,7 +41,7 @@ def _other_queues(job: Job) -> tuple[object, ...]:
 
 # What, besides placement, decides each action's search: whose work it may take, and the
 # checks on the job's queue that the search itself makes. A policy whose eligibility
-# hooks read more of the pending job than this must add it here.
+# hooks read more of the pending job than this must add it here (the contract: Policy).
 _VICTIM_INPUTS: dict[str, Callable[[Job], tuple[object, ...]]] = {
     "allocate": _free_room,
     "consolidation": _free_room,

@@ -1,4 +1,4 @@
-"""Cycles that cost what changed: the working state kept from one cycle to the next.
+"""The cycle cache: the working state kept from one cycle to the next, patched.
 
 `run_cycle(snapshot, config, now, cache=cache)` decides exactly what the full rebuild
 decides (`run_cycle` without a cache): the same decisions, reasons, queue figures. The
@@ -17,10 +17,10 @@ the last cycle, and patches them with what differs in the new snapshot:
 - **What a changed job costs.** Its Job and Task objects are made again, and only the
   nodes its tasks hold (before and after) and its queue are recomputed: a node's idle,
   releasing and devices from its tasks in snapshot order, a leaf queue's figures from
-  its jobs in snapshot order: the same arithmetic in the same order as the full build,
-  so every figure has the same bits. Orders are spaced apart (jobline.py), so a job
-  that appears between two others takes a value between theirs and nobody else's
-  changes; only their comparison matters.
+  its jobs in snapshot order: the same arithmetic in the same order as the full build
+  (build.py), counting the same tasks (accounting.py), so every figure has the same
+  bits. Orders are spaced apart (jobline.py), so a job that appears between two others
+  takes a value between theirs and nobody else's changes; only their comparison matters.
 - **After the cycle.** The cycle's Statement keeps every undo step (committed ones too);
   `restore` takes the whole cycle back, then recomputes the nodes the cycle touched. The
   state is then again the one the snapshot describes, ready for the next patch.
@@ -46,6 +46,8 @@ from collections.abc import Collection, Sequence
 
 import numpy as np
 
+from kai_ray.core.accounting import count_tasks, make_task
+from kai_ray.core.build import build_state_and_leaves, job_problem
 from kai_ray.core.capacity import capped
 from kai_ray.core.cluster import (
     ClusterState,
@@ -53,27 +55,23 @@ from kai_ray.core.cluster import (
     Job,
     RequestCache,
     Task,
-    build_state_and_leaves,
     charge_device,
     cluster_total,
-    count_tasks,
-    job_problem,
     per_request,
 )
-from kai_ray.core.jobdiff import JobDiff, as_list
-from kai_ray.core.jobline import Entry, JobLine
+from kai_ray.core.incremental.jobdiff import JobDiff, as_list
+from kai_ray.core.incremental.jobline import Entry, JobLine
+from kai_ray.core.incremental.waitingline import WaitingLine
 from kai_ray.core.leafsums import LeafSums
 from kai_ray.core.model import ClusterSnapshot, JobInfo, NodeInfo, QueueInfo, SchedulerConfig, TaskStatus
 from kai_ray.core.placement import Placer
 from kai_ray.core.policy import Policy
 from kai_ray.core.queues import build_queue_tree
 from kai_ray.core.statement import Statement
-from kai_ray.core.waitingline import WaitingLine
 
 __all__ = ["CycleCache"]
 
-_PENDING, _RELEASING, _BINDING = TaskStatus.PENDING, TaskStatus.RELEASING, TaskStatus.BINDING
-_HOLDING_INPUT = frozenset({TaskStatus.RUNNING, TaskStatus.RELEASING, TaskStatus.PIPELINED})
+_RELEASING = TaskStatus.RELEASING
 
 
 class CycleCache:
@@ -409,11 +407,6 @@ def _make_job(info: JobInfo, state: ClusterState, requests: RequestCache) -> Job
         cached = requests.get(req)
         if cached is None:
             cached = requests[req] = per_request(req, nodes.columns)
-        demand, amount = cached
-        status = TaskStatus.RUNNING if t.status is _BINDING else t.status
-        task = Task(t, job, i, demand, req.is_fractional, status, since=t.since, amount=amount)
-        if status in _HOLDING_INPUT and t.node is not None:
-            task.node = nodes.index.get(t.node, -1)
-        job.tasks.append(task)
+        job.tasks.append(make_task(job, i, t, cached, nodes))
     count_tasks(job)
     return job

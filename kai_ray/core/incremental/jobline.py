@@ -1,4 +1,4 @@
-"""The snapshot's job list as the cycle cache keeps it between cycles (incremental.py).
+"""The snapshot's job list as the cycle cache keeps it between cycles (cache.py).
 
 Per position of the last snapshot's list: its JobInfo, the entry built from it (with the
 job, None when invalid) and the job's place in line (`order`). A new snapshot's list is
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kai_ray.core.cluster import Job
-from kai_ray.core.jobdiff import JobDiff, Run, as_list, diff_jobs
+from kai_ray.core.incremental.jobdiff import JobDiff, Run, as_list, diff_jobs
 from kai_ray.core.model import JobInfo
 
 __all__ = ["GAP", "Entry", "JobLine"]

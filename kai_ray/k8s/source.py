@@ -1,0 +1,541 @@
+"""The Kubernetes backend's ClusterSource: the world patched from the watches' deltas.
+
+Each informer tells the source what changed (a pod, a node, an owner, a class, a queue;
+or, after a relist, everything it holds); `observe` then redoes only that:
+
+- a pod: its gang (lineage through its owners), the node it is on, GPU sharing;
+- an owner (RayCluster, RayJob, ...): the pods whose lineage looked it up;
+- a gang whose pods or owners changed: the gang, its job, whether it is a problem
+  (left out of the cycle; its pods then count as use outside on their nodes);
+- a node: its NodeInfo, with what runs there outside the core's tasks.
+
+Unchanged nodes and jobs keep their objects, which the incremental cycle reads as
+"unchanged"; so a steady cycle costs what changed, not the size of the cluster.
+`build_world` (kai_ray.k8s.world) from every object is the reference: with
+KAI_RAY_CHECK_INCREMENTAL set, each observed world is compared with it (the tests set it).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sortedcontainers import SortedDict
+
+from kai_ray.control.cycles import CHECK_INCREMENTAL_ENV
+from kai_ray.control.observed import Facts
+from kai_ray.control.snapshot import kept
+from kai_ray.core import ClusterSnapshot, JobInfo, NodeInfo
+from kai_ray.k8s.gangs import Gang, GangContext, build_gangs, gang_of, pod_role
+from kai_ray.k8s.informer import Key
+from kai_ray.k8s.owners import Lineage, Obj, OwnerKey, lineage_of
+from kai_ray.k8s.queues import QueueSet, read_queues
+from kai_ray.k8s.sharing import GPU_GROUP_ANNOTATION, idle_reservations, is_reservation
+from kai_ray.k8s.taints import Profile, Taint, blocking_taints
+from kai_ray.k8s.watches import Watches
+from kai_ray.k8s.world import (
+    World,
+    build_world,
+    gang_job,
+    gang_profile,
+    node_info,
+    outside_node,
+    outside_use,
+    tolerated_labels,
+)
+
+__all__ = ["ASSUME_TTL", "KubeSource", "WorldMismatch"]
+
+ASSUME_TTL = 30.0  # seconds a sent binding is trusted before the pods' watch confirms it
+
+
+class WorldMismatch(AssertionError):
+    """The patched world differs from the full rebuild (a bug in the patching)."""
+
+
+@dataclass(slots=True)
+class _Index:
+    """Where each pod stands, to undo it when the pod changes."""
+
+    gang: dict[Key, str] = field(default_factory=dict)  # our live pods -> gang id
+    members: dict[str, dict[Key, Lineage]] = field(default_factory=lambda: defaultdict(dict))
+    elsewhere: dict[str, set[Key]] = field(default_factory=lambda: defaultdict(set))  # submitters
+    elsewhere_of: dict[Key, str] = field(default_factory=dict)
+    node: dict[Key, str] = field(default_factory=dict)  # live pods with a node -> the node
+    on_node: dict[str, dict[Key, None]] = field(default_factory=lambda: defaultdict(dict))
+    looked_up: dict[Key, tuple[OwnerKey, ...]] = field(default_factory=dict)
+    pods_of_owner: dict[OwnerKey, set[Key]] = field(default_factory=lambda: defaultdict(set))
+    uids: dict[str, Key] = field(default_factory=dict)
+    uid_of: dict[Key, str] = field(default_factory=dict)
+    sharing: set[Key] = field(default_factory=set)  # reservations and sharing pods
+
+    def keys(self) -> set[Key]:
+        """Every pod some index holds."""
+        return set(self.gang) | set(self.elsewhere_of) | set(self.node) | set(self.looked_up) | self.sharing
+
+
+class _Owners(Mapping[OwnerKey, Obj]):
+    """The owner informers' objects by (kind, namespace, name), without copying them."""
+
+    def __init__(self, watches: Watches) -> None:
+        self.watches = watches
+
+    def __getitem__(self, key: OwnerKey) -> Obj:
+        informer = self.watches.owners.get(key[0])
+        if informer is None:
+            raise KeyError(key)
+        return informer.items[(key[1], key[2])]
+
+    def __iter__(self) -> Iterator[OwnerKey]:
+        for kind, informer in self.watches.owners.items():
+            for ns, name in informer.items:
+                yield (kind, ns, name)
+
+    def __len__(self) -> int:
+        return sum(len(i.items) for i in self.watches.owners.values())
+
+
+class _Elsewhere:
+    """Gang ids with a submitter pod outside the gang (GangContext reads `in`)."""
+
+    def __init__(self, index: _Index) -> None:
+        self.index = index
+
+    def __contains__(self, gang: object) -> bool:
+        return bool(self.index.elsewhere.get(gang))  # type: ignore[call-overload]
+
+    def __iter__(self) -> Iterator[str]:
+        return (g for g, keys in self.index.elsewhere.items() if keys)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+class KubeSource:
+    def __init__(self, watches: Watches, scheduler_names: tuple[str, ...], default_queue: str) -> None:
+        self.watches, self.names, self.default_queue = watches, frozenset(scheduler_names), default_queue
+        self.check = bool(os.environ.get(CHECK_INCREMENTAL_ENV))
+        self.owners = _Owners(watches)
+        self.index = _Index()
+        self.gangs: dict[str, Gang] = {}  # usable gangs (in the cycle)
+        self.problems: dict[str, Gang] = {}  # gangs left out, with why
+        self.queue_set: QueueSet = read_queues([])
+        self.assumed: dict[str, tuple[str, float]] = {}  # pod uid -> (node, when sent)
+        self.placeholders: dict[str, str] = {}  # gang id -> node holding its submitter's room
+        self.direct: list[tuple[str, str, str]] = []  # (gang, pod, node) to bind at once
+        self._jobs: SortedDict = SortedDict()  # (created_at, gang id) -> JobInfo, build_gangs' order
+        self._job_keys: dict[str, tuple[float, str]] = {}
+        self._infos: dict[str, NodeInfo] = {}
+        self._taints: dict[str, tuple[Taint, ...]] = {}
+        self._profiles: dict[str, tuple[Profile, int]] = {}  # label -> (tolerations, gangs)
+        self._counted: set[str] = set()  # uids of ours that count as outside use
+        self._idle: set[Key] = set()
+        self._classes: dict[str, int] = {}
+        self._snapshot: ClusterSnapshot | None = None
+        # What changed since the last observe.
+        self._pods: set[Key] = set()
+        self._owner_keys: set[OwnerKey] = set()
+        self._dirty_gangs: set[str] = set()
+        self._dirty_nodes: set[str] = set()
+        self._all_pods = self._all_nodes = self._all_gangs = self._queues = self._sharing = True
+        self._nodes_moved = self._jobs_moved = True
+        watches.subscribe(self)
+
+    # ------------------------------------------------------------ deltas (the informers')
+
+    def pod_changed(self, kind: str, obj: dict[str, Any]) -> None:
+        meta = obj.get("metadata", {})
+        self._pods.add((meta.get("namespace", ""), meta["name"]))
+
+    def node_changed(self, kind: str, obj: dict[str, Any]) -> None:
+        self._dirty_nodes.add(obj["metadata"]["name"])
+        if kind in ("ADDED", "DELETED"):
+            self._nodes_moved = True
+
+    def owner_changed(self, owner_kind: str, obj: dict[str, Any]) -> None:
+        meta = obj.get("metadata", {})
+        self._owner_keys.add((owner_kind, meta.get("namespace", "default"), meta["name"]))
+
+    def classes_changed(self) -> None:
+        self._all_gangs = True
+
+    def queues_changed(self) -> None:
+        self._queues = True
+
+    def relisted(self, what: str) -> None:
+        """An informer listed again: everything it holds may have changed."""
+        if what == "pods" or what == "owners":
+            self._all_pods = True
+        elif what == "nodes":
+            self._all_nodes = self._nodes_moved = True
+        elif what == "classes":
+            self._all_gangs = True
+        else:
+            self._queues = True
+
+    # ------------------------------------------------------------ the actuator's
+
+    def assume(self, uid: str, node: str, now: float) -> None:
+        """A binding was sent: the pod is on `node` until the watch says otherwise."""
+        self.assumed[uid] = (node, now)
+        key = self.index.uids.get(uid)
+        if key is not None:
+            self._pods.add(key)
+
+    def hold_room(self, gang: str, node: str) -> None:
+        """The room for a RayJob's submitter, held on `node` until its pod comes."""
+        self.placeholders[gang] = node
+        self._dirty_gangs.add(gang)
+
+    def release_room(self, gang: str) -> None:
+        if self.placeholders.pop(gang, None) is not None:
+            self._dirty_gangs.add(gang)
+
+    def take_direct(self) -> list[tuple[str, str, str]]:
+        direct, self.direct = self.direct, []
+        return direct
+
+    def pod(self, gang: str, task: str) -> dict[str, Any] | None:
+        found = self.gangs.get(gang) or self.problems.get(gang)
+        if found is None:
+            return None
+        return next((p for p in found.pods if p["metadata"]["name"] == task), None)
+
+    def facts(self, gang: str) -> Facts | None:
+        """What people see of a gang beyond the core's job (ObservedLifecycle asks)."""
+        found = self.gangs.get(gang)
+        if found is None:
+            return None
+        return Facts(f"{found.kind}/{found.name}", found.kind, found.priority_class)
+
+    def sharing_pods(self) -> list[Mapping[str, Any]]:
+        items = self.watches.pods.items
+        return [items[k] for k in self.index.sharing if k in items]
+
+    def device_memory(self) -> Mapping[str, float]:
+        return {name: info.gpu_memory for name, info in self._infos.items()}
+
+    # ------------------------------------------------------------ ClusterSource
+
+    def observe(self, now: float) -> ClusterSnapshot:
+        self._expire_assumed(now)
+        self._read_queues_and_classes()
+        self._mark_owners_pods()
+        for key in self._pods:
+            self._index_pod(key)
+        self._pods = set()
+        self._read_taints()
+        self._rebuild_gangs(now)
+        self._find_idle_holders()
+        self._rebuild_nodes()
+        snapshot = self._assemble()
+        if self.check:
+            self.compare_with_rebuild(snapshot)
+        return snapshot
+
+    def _expire_assumed(self, now: float) -> None:
+        items = self.watches.pods.items
+        for uid, (_, sent) in list(self.assumed.items()):
+            key = self.index.uids.get(uid)
+            pod = items.get(key) if key is not None else None
+            if pod is None or pod.get("spec", {}).get("nodeName") or now - sent > ASSUME_TTL:
+                del self.assumed[uid]
+                if key is not None:
+                    self._pods.add(key)
+
+    def _read_queues_and_classes(self) -> None:
+        if self._queues:
+            self._queues = False
+            fresh = read_queues(o for inf in self.watches.queues for o in inf.items.values())
+            if fresh.queues != self.queue_set.queues or fresh.problems != self.queue_set.problems:
+                self.queue_set = fresh
+            else:
+                self.queue_set.source = fresh.source
+        if self._all_gangs:
+            classes = {
+                o["metadata"]["name"]: int(o.get("value", 0)) for o in self.watches.classes.items.values()
+            }
+            if classes != self._classes:
+                self._classes = classes
+            else:
+                self._all_gangs = False
+
+    def _mark_owners_pods(self) -> None:
+        if self._all_pods:
+            self._all_pods = False
+            self._pods |= set(self.watches.pods.items) | self.index.keys()
+        for owner in self._owner_keys:
+            self._pods |= self.index.pods_of_owner.get(owner, set())
+        self._owner_keys = set()
+
+    def _index_pod(self, key: Key) -> None:
+        """Take the pod out of every index, then put it back as it is now."""
+        ix = self.index
+        if (gang := ix.gang.pop(key, None)) is not None:
+            ix.members[gang].pop(key, None)
+            self._dirty_gangs.add(gang)
+        if (gang := ix.elsewhere_of.pop(key, None)) is not None:
+            ix.elsewhere[gang].discard(key)
+            self._dirty_gangs.add(gang)
+        if (node := ix.node.pop(key, None)) is not None:
+            ix.on_node[node].pop(key, None)
+            self._dirty_nodes.add(node)
+        for owner in ix.looked_up.pop(key, ()):
+            ix.pods_of_owner[owner].discard(key)
+        if key in ix.sharing:
+            ix.sharing.discard(key)
+            self._sharing = True
+        if (uid := ix.uid_of.pop(key, None)) is not None:
+            ix.uids.pop(uid, None)
+        pod = self.watches.pods.items.get(key)
+        if pod is None:
+            return
+        meta = pod["metadata"]
+        uid = meta.get("uid", "")
+        ix.uids[uid], ix.uid_of[key] = key, uid
+        if is_reservation(pod) or GPU_GROUP_ANNOTATION in (meta.get("annotations") or {}):
+            ix.sharing.add(key)
+            self._sharing = True
+        if not is_reservation(pod):
+            self._index_lineage(key, pod)
+        self._place_pod(key, pod)
+
+    def _index_lineage(self, key: Key, pod: Obj) -> None:
+        ix = self.index
+        lineage = lineage_of(pod, self.owners)
+        ix.looked_up[key] = lineage.looked_up
+        for owner in lineage.looked_up:
+            ix.pods_of_owner[owner].add(key)
+        role = pod_role(pod, lineage, self.names)
+        if role == "ours":
+            ix.gang[key] = lineage.gang_id
+            ix.members[lineage.gang_id][key] = lineage
+            self._dirty_gangs.add(lineage.gang_id)
+        elif role:
+            ix.elsewhere_of[key] = lineage.gang_id
+            ix.elsewhere[lineage.gang_id].add(key)
+            self._dirty_gangs.add(lineage.gang_id)
+
+    def _place_pod(self, key: Key, pod: Obj) -> None:
+        """Which node the pod holds capacity on (bound, or a binding sent), if any."""
+        uid = pod["metadata"].get("uid", "")
+        node = pod.get("spec", {}).get("nodeName") or self.assumed.get(uid, (None, 0.0))[0]
+        if node and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+            self.index.node[key] = node
+            self.index.on_node[node][key] = None
+            self._dirty_nodes.add(node)
+
+    # ------------------------------------------------------------ gangs
+
+    def _rebuild_gangs(self, now: float) -> None:
+        if self._all_gangs:
+            self._all_gangs = False
+            self._dirty_gangs |= set(self.index.members) | set(self.gangs) | set(self.problems)
+        if not self._dirty_gangs:
+            return
+        ctx = GangContext.of(self._classes, self.default_queue, _Elsewhere(self.index))
+        for gid in sorted(self._dirty_gangs):
+            self._drop_gang(gid)
+            members = self.index.members.get(gid)
+            if members:
+                self._add_gang(gid, members, ctx, now)
+            else:
+                self.placeholders.pop(gid, None)
+        self._dirty_gangs = set()
+
+    def _drop_gang(self, gid: str) -> None:
+        old = self.gangs.pop(gid, None) or self.problems.pop(gid, None)
+        if old is None:
+            return
+        if (order := self._job_keys.pop(gid, None)) is not None:
+            del self._jobs[order]
+            self._jobs_moved = True
+        if old.problem:
+            self._count(old, False)
+        else:
+            self._profile(old, -1)
+
+    def _add_gang(self, gid: str, members: Mapping[Key, Lineage], ctx: GangContext, now: float) -> None:
+        items = self.watches.pods.items
+        gang = gang_of(((items[k], lin) for k, lin in members.items()), ctx)
+        self._submitter_to_held_room(gang, now)
+        if gang.problem:
+            self.problems[gid] = gang
+            self._count(gang, True)
+            return
+        self.gangs[gid] = gang
+        self._profile(gang, +1)
+        job = gang_job(gang, self._assumed_nodes(), self.placeholders, tolerating=self._tainted())
+        self._job_keys[gid] = (gang.created_at, gid)
+        self._jobs[(gang.created_at, gid)] = job
+        self._jobs_moved = True
+
+    def _submitter_to_held_room(self, gang: Gang, now: float) -> None:
+        """A RayJob's submitter pod that appeared where room was held for it goes there,
+        without waiting its turn: the room was its own since the cluster was admitted."""
+        node = self.placeholders.get(gang.id)
+        if node is None:
+            return
+        if gang.submitter is None:
+            for pod in gang.pods:
+                meta = pod["metadata"]
+                if meta["name"] in gang.subgroups.get("submitter", []) and not pod["spec"].get("nodeName"):
+                    uid = meta.get("uid", "")
+                    self.assumed[uid] = (node, now)
+                    key = (meta.get("namespace", ""), meta["name"])
+                    self._place_pod(key, pod)
+                    self.direct.append((gang.id, meta["name"], node))
+            del self.placeholders[gang.id]  # its room is the pod's now (or no longer needed)
+
+    def _count(self, gang: Gang, counted: bool) -> None:
+        """A problem gang's pods still run: they count as use outside on their nodes."""
+        for pod in gang.pods:
+            uid = pod["metadata"].get("uid")
+            if counted:
+                self._counted.add(uid)
+            else:
+                self._counted.discard(uid)
+            node = self.index.node.get((pod["metadata"].get("namespace", ""), pod["metadata"]["name"]))
+            if node is not None:
+                self._dirty_nodes.add(node)
+
+    def _profile(self, gang: Gang, change: int) -> None:
+        label, profile = gang_profile(gang)
+        _, count = self._profiles.get(label, (profile, 0))
+        if count + change <= 0:
+            del self._profiles[label]
+        else:
+            self._profiles[label] = (profile, count + change)
+        if (count == 0 or count + change == 0) and self._tainted():
+            self._all_nodes = True  # a tolerations label came or went: every node may change
+
+    def _assumed_nodes(self) -> dict[str, str]:
+        return {uid: node for uid, (node, _) in self.assumed.items()}
+
+    def _tainted(self) -> bool:
+        return any(self._taints.values())
+
+    # ------------------------------------------------------------ nodes
+
+    def _find_idle_holders(self) -> None:
+        """Reservations holding a device no sharing pod uses count as use outside."""
+        if not self._sharing:
+            return
+        self._sharing = False
+        items = self.watches.pods.items
+        pods = [items[k] for k in self.index.sharing if k in items]
+        idle = {
+            (p["metadata"]["namespace"], p["metadata"]["name"])
+            for p in idle_reservations(pods, self._assumed_nodes())
+        }
+        for key in idle ^ self._idle:
+            uid = items[key]["metadata"].get("uid") if key in items else None
+            if uid is not None:
+                (self._counted.add if key in idle else self._counted.discard)(uid)
+            if key in self.index.node:
+                self._dirty_nodes.add(self.index.node[key])
+        self._idle = idle
+
+    def _read_taints(self) -> None:
+        """Each changed node's blocking taints. Whether any node has some decides whether
+        jobs carry a tolerations label at all: when that flips, every job and node does."""
+        items = self.watches.nodes.items
+        if self._all_nodes:
+            self._all_nodes = False
+            self._dirty_nodes |= {name for _, name in items} | set(self._infos)
+        was_tainted = self._tainted()
+        for name in self._dirty_nodes:
+            obj = items.get(("", name))
+            self._taints.pop(name, None)
+            if obj is not None:
+                self._taints[name] = blocking_taints(obj)
+        if self._tainted() != was_tainted:
+            self._dirty_gangs |= set(self.gangs)
+            self._all_nodes = True
+
+    def _rebuild_nodes(self) -> None:
+        items = self.watches.nodes.items
+        if self._all_nodes:  # a tolerations label came or went
+            self._all_nodes = False
+            self._dirty_nodes |= {name for _, name in items} | set(self._infos)
+        if not self._dirty_nodes:
+            return
+        assumed = self._assumed_nodes()
+        profiles = {label: p for label, (p, _) in self._profiles.items()} if self._tainted() else {}
+        for name in self._dirty_nodes:
+            self._node(name, items.get(("", name)), assumed, profiles)
+        self._dirty_nodes = set()
+
+    def _node(
+        self, name: str, obj: Obj | None, assumed: Mapping[str, str], profiles: Mapping[str, Profile]
+    ) -> None:
+        if obj is None:
+            if self._infos.pop(name, None) is not None:
+                self._nodes_moved = True
+            return
+        pods = self.watches.pods.items
+        here = [pods[k] for k in self.index.on_node.get(name, ()) if k in pods]
+        outside = [p for p in here if outside_node(p, self.names, self._counted, assumed) is not None]
+        info = tolerated_labels(node_info(obj, outside_use(outside)), self._taints.get(name, ()), profiles)
+        before = self._infos.get(name)
+        self._infos[name] = kept(self._infos, name, info)
+        if self._infos[name] is not before:
+            self._nodes_moved = True
+
+    # ------------------------------------------------------------ the world
+
+    def _assemble(self) -> ClusterSnapshot:
+        last = self._snapshot
+        nodes = last.nodes if last is not None and not self._nodes_moved else None
+        if nodes is None:
+            nodes = [self._infos[name] for _, name in self.watches.nodes.items if name in self._infos]
+        jobs = last.jobs if last is not None and not self._jobs_moved else None
+        if jobs is None:
+            jobs = list(self._jobs.values())
+        self._nodes_moved = self._jobs_moved = False
+        queues = self.queue_set.queues
+        if last is not None and last.nodes is nodes and last.jobs is jobs and last.queues is queues:
+            return last
+        self._snapshot = ClusterSnapshot(nodes=nodes, queues=queues, jobs=jobs)
+        return self._snapshot
+
+    def compare_with_rebuild(self, snapshot: ClusterSnapshot) -> None:
+        """Raise WorldMismatch where the patched world differs from the full rebuild."""
+        want = self.rebuild().snapshot
+        _same("node", snapshot.nodes, want.nodes)
+        _same("job", snapshot.jobs, want.jobs)
+        if snapshot.queues != want.queues:
+            raise WorldMismatch(f"queues differ: patched {snapshot.queues!r}, rebuilt {want.queues!r}")
+
+    def rebuild(self) -> World:
+        """The whole world from every object (build_world: the reference)."""
+        items = self.watches.pods.items.values()
+        pods = [p for p in items if not is_reservation(p)]
+        gangs = build_gangs(
+            pods, self.owners, self._classes, scheduler_names=self.names, default_queue=self.default_queue
+        )
+        assumed = self._assumed_nodes()
+        return build_world(
+            self.watches.nodes.items.values(),
+            pods,
+            gangs,
+            self.queue_set.queues,
+            scheduler_names=self.names,
+            assumed=assumed,
+            placeholders=self.placeholders,
+            idle_holders=idle_reservations(list(items), assumed),
+        )
+
+
+def _same(what: str, got: Sequence[NodeInfo | JobInfo], want: Sequence[NodeInfo | JobInfo]) -> None:
+    if got == want:
+        return
+    got_names, want_names = [x.name for x in got], [x.name for x in want]
+    if got_names != want_names:
+        raise WorldMismatch(f"{what}s differ: patched {got_names}, rebuilt {want_names}")
+    for a, b in zip(got, want, strict=True):
+        if a != b:
+            raise WorldMismatch(f"{what} {a.name} differs:\npatched {a!r}\nrebuilt {b!r}")
