@@ -66,6 +66,14 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     k8s.add_argument("--clusters", type=int, default=200, help="RayClusters to schedule")
     k8s.add_argument("--pods-per-cluster", type=int, default=8)
     k8s.add_argument("--gang", type=int, default=64, help="pods of the gang timed once it fits")
+    k8s.add_argument(
+        "--world-nodes",
+        type=int,
+        default=None,
+        help="instead: the operator's steady step beside a full rebuild, in a world of this many nodes",
+    )
+    k8s.add_argument("--world-pods", type=int, default=100_000, help="with --world-nodes: pods in the world")
+    k8s.add_argument("--steps", type=int, default=20, help="with --world-nodes: steady steps measured")
     k8s.add_argument("--json", action="store_true")
     k8s.set_defaults(func=_run_k8s)
 
@@ -83,6 +91,10 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
 
 
 def _run_k8s(args: argparse.Namespace) -> int:
+    if args.world_nodes:
+        from kai_ray.bench.k8sworld import run_world_bench
+
+        return _print(run_world_bench(args.world_nodes, args.world_pods, args.steps), args.json)
     from kai_ray.bench.k8s import run_k8s_bench
 
     result = run_k8s_bench(args.nodes, args.clusters, args.pods_per_cluster, args.gang)

@@ -20,7 +20,7 @@ from kai_ray.k8s.client import Kube, gather_limited, load_kubeconfig
 from kai_ray.k8s.install import install_crds, install_default_queues
 from kai_ray.k8s.operator import Operator, OperatorOptions
 from kai_ray.testing.apiserver import ApiServer
-from kai_ray.testing.fakes import make_node
+from kai_ray.testing.fakes import CRD_STAND_INS, make_node
 
 __all__ = ["run_k8s_bench"]
 
@@ -73,11 +73,9 @@ async def _bench(api: ApiServer, nodes: int, clusters: int, per: int, gang: int)
 
 
 async def _ray_crd(kube: Kube) -> None:
-    from pathlib import Path
-
     import yaml
 
-    path = Path(__file__).with_name("fakecrds") / "kuberay.yaml"
+    path = CRD_STAND_INS / "kuberay.yaml"
     for crd in yaml.safe_load_all(path.read_text()):
         await kube.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
     await asyncio.sleep(0.5)

@@ -8,10 +8,10 @@ set, every cycle is decided both ways and a difference raises IncrementalMismatc
 the fields that differ. The test suite sets it, so the real backends' sequences of changes
 test the cache as well as the random ones of tests/core do.
 
-The cache tells what changed by identity first, then equality (see core/incremental.py):
-an equal object is the same job, but comparing it costs its fields. A backend that makes
-its snapshot afresh every pass (the operator lists its world) keeps the last pass's
-objects where they are equal (`Stable`), so that an unchanged job costs nothing.
+The cache tells what changed by identity first, then equality (core/incremental): an
+equal object is the same job, but comparing it costs its fields; so every ClusterSource
+hands the cycle the same object for what did not change (the Controller's JobInfos, the
+Kubernetes source's patched world).
 """
 
 from __future__ import annotations
@@ -21,14 +21,11 @@ import logging
 import os
 from collections.abc import Callable
 
-from kai_ray.control.snapshot import kept
 from kai_ray.control.usage import UsageHistory, cluster_capacity, history_for, queue_allocation
 from kai_ray.core import (
     ClusterSnapshot,
     CycleCache,
     CycleResult,
-    JobInfo,
-    NodeInfo,
     SchedulerConfig,
     run_cycle,
 )
@@ -39,7 +36,6 @@ __all__ = [
     "CycleFn",
     "Cycles",
     "IncrementalMismatch",
-    "Stable",
     "cycle_function",
 ]
 
@@ -113,19 +109,3 @@ class Cycles:
         if self.usage is not None:
             self.usage.record(now, queue_allocation(result), cluster_capacity(snapshot.nodes))
         return result
-
-
-class Stable:
-    """A snapshot made afresh every pass, with the last pass's node and job objects kept
-    where the new ones are equal: the identity the cycle cache reads as "unchanged"."""
-
-    def __init__(self) -> None:
-        self._nodes: dict[str, NodeInfo] = {}
-        self._jobs: dict[str, JobInfo] = {}
-
-    def keep(self, snapshot: ClusterSnapshot) -> ClusterSnapshot:
-        nodes = [kept(self._nodes, n.name, n) for n in snapshot.nodes]
-        jobs = [kept(self._jobs, j.name, j) for j in snapshot.jobs]
-        self._nodes = {n.name: n for n in nodes}
-        self._jobs = {j.name: j for j in jobs}
-        return ClusterSnapshot(nodes=nodes, queues=snapshot.queues, jobs=jobs, usage=snapshot.usage)

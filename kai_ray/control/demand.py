@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from kai_ray.control.workload import HOLDING, State, Workload
 from kai_ray.core import REASON_CODES, Reason
 
-__all__ = ["CAPACITY_CODES", "HELD_CODES", "autoscaler_bundles", "wants_capacity"]
+__all__ = ["CAPACITY_CODES", "HELD_CODES", "autoscaler_bundles", "room_would_help", "wants_capacity"]
 
 # More or other nodes would let the work start.
 CAPACITY_CODES = frozenset({"gang-too-big", "node-selector", "topology", "spread", "no-room", "min-runtime"})
@@ -23,9 +23,15 @@ CAPACITY_CODES = frozenset({"gang-too-big", "node-selector", "topology", "spread
 HELD_CODES = frozenset(REASON_CODES) - CAPACITY_CODES
 
 
+def room_would_help(code: str) -> bool:
+    """Whether work waiting with this reason code waits for room a new node could give it
+    (the rule every backend's autoscaler demand follows)."""
+    return code in CAPACITY_CODES
+
+
 def wants_capacity(reason: Reason) -> bool:
     """True when the work waits for room that a new node could give it."""
-    return reason.code in CAPACITY_CODES
+    return room_would_help(reason.code)
 
 
 def autoscaler_bundles(workloads: Iterable[Workload]) -> list[dict[str, float]]:
@@ -38,7 +44,7 @@ def autoscaler_bundles(workloads: Iterable[Workload]) -> list[dict[str, float]]:
     held: list[dict[str, float]] = []
     for w in workloads:
         bundle = {k: float(v) for k, v in w.spec.resources_per_worker.items() if float(v) > 0}
-        if w.state is State.QUEUED and w.reason_code in CAPACITY_CODES:
+        if w.state is State.QUEUED and room_would_help(w.reason_code):
             waiting += [dict(bundle) for _ in range(w.spec.gang)]
         elif w.state in HOLDING:  # handed-off jobs too: their slots stay accounted as theirs
             held += [dict(bundle) for _ in w.slots]

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from kai_ray.k8s.client import ApiError, Kube
 
-__all__ = ["CRD_DIR", "install_crds", "install_default_queues"]
+__all__ = ["CRD_DIR", "default_queues", "install_crds", "install_default_queues"]
 
 CRD_DIR = Path(__file__).with_name("crds")
 
@@ -43,6 +44,22 @@ async def _wait_established(kube: Kube, path: str, timeout: float = 10.0) -> Non
     raise TimeoutError(f"CRD {path.rsplit('/', 1)[-1]} not established after {timeout:g}s")
 
 
+def default_queues(default_queue: str = "default-queue") -> list[dict[str, Any]]:
+    """KAI's default queues as kai-ray Queue objects: `default-queue` under
+    `default-parent-queue`, each allowed the whole cluster."""
+    whole = {r: {"quota": -1, "limit": -1, "overQuotaWeight": 1} for r in ("gpu", "cpu", "memory")}
+    parent = "default-parent-queue"
+    return [
+        {
+            "apiVersion": "kai-ray.io/v2",
+            "kind": "Queue",
+            "metadata": {"name": name},
+            "spec": {"resources": whole, **spec},
+        }
+        for name, spec in ((parent, {}), (default_queue, {"parentQueue": parent}))
+    ]
+
+
 async def install_default_queues(kube: Kube, default_queue: str = "default-queue") -> list[str]:
     """When the cluster has no kai-ray Queue at all: KAI's defaults, `default-queue` (the
     queue of pods without a queue label) under `default-parent-queue`, each allowed the
@@ -50,19 +67,11 @@ async def install_default_queues(kube: Kube, default_queue: str = "default-queue
     path = "/apis/kai-ray.io/v2/queues"
     if (await kube.get(path)).get("items"):
         return []
-    whole = {r: {"quota": -1, "limit": -1, "overQuotaWeight": 1} for r in ("gpu", "cpu", "memory")}
-    parent = "default-parent-queue"
     made = []
-    for name, spec in ((parent, {}), (default_queue, {"parentQueue": parent})):
-        body = {
-            "apiVersion": "kai-ray.io/v2",
-            "kind": "Queue",
-            "metadata": {"name": name},
-            "spec": {"resources": whole, **spec},
-        }
+    for body in default_queues(default_queue):
         try:
             await kube.create(path, body)
-            made.append(name)
+            made.append(body["metadata"]["name"])
         except ApiError as exc:
             if exc.status != 409:
                 raise

@@ -1,7 +1,7 @@
-"""What the scheduler actor looks after beside its cycles: drivers and dispatchers that
-went away (their workloads are cancelled), job packages waiting jobs still need in the
-GCS, new GPU nodes to probe with NVML, and Ray's autoscaler, told about gangs that wait
-for room."""
+"""What the Ray scheduler looks after beside its cycles (`after_step`): drivers and
+dispatchers that went away (their workloads are cancelled), reservations nobody holds,
+its store's journal, job packages waiting jobs still need in the GCS, new GPU nodes to
+probe with NVML, and Ray's autoscaler, told about gangs that wait for room."""
 
 from __future__ import annotations
 
@@ -15,10 +15,11 @@ from typing import Any
 
 import ray
 
-from kai_ray.control import ControlEvent, Controller
+from kai_ray.control import ControlEvent, Controller, State
 from kai_ray.control.demand import autoscaler_bundles
 from kai_ray.ray.adapters import RayNodes
-from kai_ray.ray.feed import NAMESPACE, by_dispatcher, dispatcher_name
+from kai_ray.ray.feed import NAMESPACE, AdmissionFeed, by_dispatcher, dispatcher_name
+from kai_ray.ray.kvstore import KVStore
 from kai_ray.ray.translate import autoscaler_request
 
 __all__ = ["Upkeep", "autoscaler_runs"]
@@ -26,6 +27,8 @@ __all__ = ["Upkeep", "autoscaler_runs"]
 log = logging.getLogger(__name__)
 
 AUTOSCALER_CHECK_S = 5.0  # how often to look whether an autoscaler appeared
+REAP_S = 5.0  # how often drivers that exited, and groups nobody holds, are looked for
+PIN_S = 300.0  # how often uploaded job packages of waiting jobs are pinned again
 PIN_FOR_S = 1800  # how long each pin of a waiting job's package lasts (Ray drops it after 10 min)
 
 
@@ -56,12 +59,35 @@ def _probe_gpus() -> list[dict[str, Any]]:
 
 
 class Upkeep:
-    def __init__(self, engine: Controller, cluster: RayNodes) -> None:
-        self.engine, self.cluster = engine, cluster
+    def __init__(self, engine: Controller, cluster: RayNodes, store: KVStore, feed: AdmissionFeed) -> None:
+        self.engine, self.cluster, self.store, self.feed = engine, cluster, store, feed
         self._probed: set[str] = set()
         self._asked: list[dict[str, float]] = []  # what Ray's autoscaler was last asked for
         self.engine.cluster_grows = autoscaler_runs()
         self._autoscaler_checked = time.time()
+        self._reaped_at = self._pinned_at = 0.0
+
+    def after_step(self, now: float, refreshed: bool, found_gpus: Callable[[], None]) -> list[ControlEvent]:
+        """What is due after a step (`refreshed`: it looked at the nodes again); the
+        events of workloads it cancelled."""
+        events: list[ControlEvent] = []
+        if refreshed:
+            self.probe_new_nodes(found_gpus)
+            self.ask_autoscaler()
+        if now - self._reaped_at > REAP_S:
+            self._reaped_at = now
+            events = self.reap()
+            self.feed.forget_idle(now)
+            self.engine.sweep_orphans()
+            # Journaled records move to their own keys while nothing is being admitted
+            # (the writes would otherwise compete with placement groups at the GCS).
+            quiet = not any(w.state is State.ADMITTING for w in self.engine.workloads.values())
+            if self.store.compaction_due(quiet):
+                self.store.compact()
+        if now - self._pinned_at > PIN_S:
+            self._pinned_at = now
+            self.pin_packages()
+        return events
 
     def reap(self) -> list[ControlEvent]:
         """Cancel the workloads nobody is left to run: those of drivers that exited (see

@@ -10,6 +10,11 @@ Steps: all events at one virtual time are handled together and followed by one s
 every period would see them). A time where only runs ended and nothing waits needs no
 step: there is nobody to place. Finished workloads leave the controller's table, so a
 step costs what is live, not what has ever run.
+
+Decisions that change with time alone (time-based fair share: a queue's share shrinks
+as its usage grows, with no event at all) are seen the way a running scheduler sees
+them: while something waits, a step comes at least every `wait_step_s` of virtual time
+(by default one a minute when the policy keeps a usage history, none otherwise).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ __all__ = ["DEFAULT_CHECKPOINT_S", "DEFAULT_PERIOD_S", "JobRun", "Options", "Sim
 DEFAULT_CHECKPOINT_S = 1800.0  # a job checkpoints every 30 minutes of its run time
 DEFAULT_PERIOD_S = 0.0  # 0: one step per event time
 MAX_STEPS_AT_ONCE = 4  # steps at one time: evictions free room the next step fills
+DEFAULT_WAIT_STEP_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +56,9 @@ class Options:
     # Incremental cycles (the core keeps its state between steps); off: every step builds
     # it afresh (tests: the same decisions).
     incremental: bool = True
+    # While something waits, a step at least this often (virtual seconds; 0: only at
+    # events); None: DEFAULT_WAIT_STEP_S when the policy keeps a usage history, else 0.
+    wait_step_s: float | None = None
 
 
 @dataclass(slots=True)
@@ -99,6 +108,11 @@ class Simulation:
         self.metrics = Metrics(self.queues, self.nodes, self.policy, self.options.event_log)
         self.steps = 0
         self.done = 0
+        self.last_step_at = 0.0
+        wait = self.options.wait_step_s
+        self.wait_step_s = (
+            wait if wait is not None else (DEFAULT_WAIT_STEP_S if self.ctl.usage is not None else 0.0)
+        )
 
     # ------------------------------------------------------------ the loop
 
@@ -107,7 +121,8 @@ class Simulation:
         jobs, i = self.jobs, 0
         while i < len(jobs) or self.heap:
             t = min(jobs[i].submit if i < len(jobs) else math.inf, self.heap[0][0] if self.heap else math.inf)
-            t = self._step_time(t)
+            due = self._wait_step_due()
+            t = min(self._step_time(t), due)
             self.clock.t = t
             ended = self._end_runs(t)
             first = i
@@ -116,7 +131,11 @@ class Simulation:
                 i += 1
             # Room freed by runs that ended is of use only to someone waiting (or to an
             # elastic job below its most workers): otherwise no step is needed.
-            if i > first or (ended and (self.queued or self.growing or self.options.step_every_end)):
+            if (
+                i > first
+                or t >= due
+                or (ended and (self.queued or self.growing or self.options.step_every_end))
+            ):
                 self._steps(t)
             elif ended:
                 self._settled(t)
@@ -125,11 +144,18 @@ class Simulation:
         self.metrics.close(self.clock.t, self.runs.values(), time.perf_counter() - started, self.steps)
         return self.metrics
 
+    def _wait_step_due(self) -> float:
+        """When the next step comes without an event: something waits, and time alone
+        may change what the scheduler decides (the usage history)."""
+        every = self.wait_step_s
+        return self.last_step_at + every if every > 0 and self.queued else math.inf
+
     def _step_time(self, t: float) -> float:
         period = self.options.period_s
         return math.ceil(t / period) * period if period > 0 else t
 
     def _steps(self, t: float) -> None:
+        self.last_step_at = t
         for _ in range(MAX_STEPS_AT_ONCE):
             result = self._step(t)
             self.steps += 1

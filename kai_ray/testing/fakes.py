@@ -13,13 +13,16 @@ import datetime as dt
 import logging
 import secrets
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from kai_ray.k8s.client import ApiError, Kube
 from kai_ray.k8s.informer import Informer
 from kai_ray.k8s.sharing import DEVICE_ANNOTATION, RESERVATION_LABEL
 
-__all__ = ["FakeKubelet", "KubeRayStandIn", "make_node"]
+__all__ = ["CRD_STAND_INS", "FakeKubelet", "KubeRayStandIn", "make_node"]
+
+CRD_STAND_INS = Path(__file__).with_name("fakecrds")  # schemaless CRDs of KubeRay and KAI's Queue
 
 log = logging.getLogger(__name__)
 QUEUE_LABEL = "kai.scheduler/queue"

@@ -19,14 +19,13 @@ from typing import Any, TypeVar
 
 import yaml
 
-import kai_ray.testing.fakes
 from kai_ray.k8s.client import ApiError, Kube, load_kubeconfig
 from kai_ray.k8s.install import install_crds
 from kai_ray.testing.apiserver import ApiServer
-from kai_ray.testing.fakes import FakeKubelet, KubeRayStandIn, make_node
+from kai_ray.testing.fakes import CRD_STAND_INS, FakeKubelet, KubeRayStandIn, make_node
 
 T = TypeVar("T")
-CRDS = Path(kai_ray.testing.fakes.__file__).with_name("fakecrds")
+CRDS = CRD_STAND_INS
 NS = "default"
 
 
