@@ -110,7 +110,7 @@ def dashboard_option(value: str, token: str | None) -> tuple[str, int, str | Non
 
 
 def _operator(args: argparse.Namespace) -> int:
-    from kai_ray.k8s.client import Kube, load_kubeconfig
+    from kai_ray.k8s.client import Kube, load_kubeconfig, run_async
     from kai_ray.k8s.install import install_crds, install_default_queues
     from kai_ray.k8s.operator import Operator, OperatorOptions
 
@@ -149,7 +149,7 @@ def _operator(args: argparse.Namespace) -> int:
             )
             await operator.run()
 
-    asyncio.run(run())
+    run_async(run())
     return 0
 
 

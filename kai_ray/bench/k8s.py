@@ -5,8 +5,9 @@ On one fresh kube-apiserver with 500 nodes of 8 GPUs: first the server's own cei
 alive connections); then 200 RayClusters of 8 pods each (a head and 7 one-GPU workers,
 made as KubeRay makes them) scheduled by the operator from its first list to the last
 binding; then, with the operator running, one 64-pod gang from the moment its last pod
-exists to the moment all 64 are bound. The ratio of the two rates is the figure that
-carries across machines.
+exists to the moment all 64 are bound; then the ceiling again. The ratio of the
+operator's rate to the better of the two ceilings is the figure that carries across
+machines.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import resource
 import time
 from typing import Any
 
-from kai_ray.k8s.client import Kube, gather_limited, load_kubeconfig
+from kai_ray.k8s.client import Kube, gather_limited, load_kubeconfig, run_async
 from kai_ray.k8s.install import install_crds, install_default_queues
 from kai_ray.k8s.operator import Operator, OperatorOptions
 from kai_ray.testing.apiserver import ApiServer
@@ -31,7 +32,7 @@ def run_k8s_bench(
     nodes: int = 500, clusters: int = 200, pods_per_cluster: int = 8, gang: int = 64
 ) -> dict[str, Any]:
     with ApiServer() as api:
-        return asyncio.run(_bench(api, nodes, clusters, pods_per_cluster, gang))
+        return run_async(_bench(api, nodes, clusters, pods_per_cluster, gang))
 
 
 async def _bench(api: ApiServer, nodes: int, clusters: int, per: int, gang: int) -> dict[str, Any]:
@@ -40,9 +41,9 @@ async def _bench(api: ApiServer, nodes: int, clusters: int, per: int, gang: int)
         await _ray_crd(kube)
         await install_default_queues(kube)
         await gather_limited([make_node(kube, f"node-{i:04d}", gpus=8) for i in range(nodes)], 32)
-        raw = await _raw_binds(kube, clusters * per, nodes)
+        raw_before = await _raw_binds(kube, clusters * per, nodes, "raw")
         await _make_clusters(kube, clusters, per, "rc")
-        operator = Operator(kube, OperatorOptions())
+        operator = Operator(kube, OperatorOptions(dashboard=None))
         total = clusters * per
         started = time.perf_counter()
         await operator.start()
@@ -53,14 +54,20 @@ async def _bench(api: ApiServer, nodes: int, clusters: int, per: int, gang: int)
         scheduled = time.perf_counter() - listed_at
         with_list = time.perf_counter() - started
         runner = asyncio.create_task(operator.run())
-        gang_ms = await _gang(kube, operator, gang)
+        gang_ms = await _gang(kube, operator, gang, runner)
         runner.cancel()
         await asyncio.gather(runner, return_exceptions=True)
+        raw_after = await _raw_binds(kube, clusters * per, nodes, "raw-after")
+        # The server's ceiling varies by a quarter from one measure to the next on a
+        # shared 2-core machine: the better of two, taken before and after the operator's
+        # burst, is the ceiling the ratio is taken against.
+        raw = max(raw_before, raw_after)
         rate = total / scheduled
         return {
             "nodes": nodes,
             "pods": total,
             "raw_binds_per_s": round(raw, 1),
+            "raw_binds_per_s_before_after": [round(raw_before, 1), round(raw_after, 1)],
             "pods_bound_per_s": round(rate, 1),
             "ratio_to_raw": round(rate / raw, 3),
             # the same burst counted from the operator's start (its first list included)
@@ -104,12 +111,12 @@ def _pod(
     }
 
 
-async def _raw_binds(kube: Kube, count: int, nodes: int) -> float:
+async def _raw_binds(kube: Kube, count: int, nodes: int, prefix: str) -> float:
     """Binds per second with no scheduling at all: the ceiling of this server and client."""
     await gather_limited(
         [
             kube.create(
-                f"/api/v1/namespaces/{NS}/pods", _pod(f"raw-{i}", "raw-bench", 0, {"bench": "raw"}, None)
+                f"/api/v1/namespaces/{NS}/pods", _pod(f"{prefix}-{i}", "raw-bench", 0, {"bench": "raw"}, None)
             )
             for i in range(count)
         ],
@@ -117,7 +124,7 @@ async def _raw_binds(kube: Kube, count: int, nodes: int) -> float:
     )
     started = time.perf_counter()
     results = await gather_limited(
-        [kube.bind(NS, f"raw-{i}", f"node-{i % nodes:04d}") for i in range(count)], 32
+        [kube.bind(NS, f"{prefix}-{i}", f"node-{i % nodes:04d}") for i in range(count)], 32
     )
     elapsed = time.perf_counter() - started
     failed = [r for r in results if isinstance(r, BaseException)]
@@ -172,11 +179,14 @@ async def _make_clusters(kube: Kube, clusters: int, per: int, prefix: str) -> li
     return names
 
 
-async def _gang(kube: Kube, operator: Operator, size: int) -> float:
+async def _gang(kube: Kube, operator: Operator, size: int, runner: asyncio.Task[None]) -> float:
     """Milliseconds from the last pod of a `size`-pod gang existing to all of it bound."""
     before = operator.stats.bound
     await _make_clusters(kube, 1, size, "gang")
     created = time.perf_counter()
     while operator.stats.bound < before + size:
+        if runner.done():  # the operator stopped: say why rather than wait forever
+            runner.result()
+            raise RuntimeError("the operator stopped before the gang was bound")
         await asyncio.sleep(0.002)
     return (time.perf_counter() - created) * 1000

@@ -46,8 +46,11 @@ async def paced_steps(
     while True:
         deadline = next_deadline()
         timeout = pacing.period if deadline is None else min(pacing.period, max(0.0, deadline - time.time()))
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancel that
+        # arrives as the event is set, and the loop would then never stop.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(wake.wait(), timeout=timeout)
+            async with asyncio.timeout(timeout):
+                await wake.wait()
         woken = wake.is_set()
         now = time.monotonic()
         rest = max(

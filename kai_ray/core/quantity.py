@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 
 __all__ = ["QuantityError", "format_bytes", "parse_duration", "parse_quantity"]
@@ -39,6 +40,12 @@ def parse_quantity(value: object) -> float:
         return float(value)
     if not isinstance(value, str):
         raise QuantityError(f"{value!r} is not a quantity; write a number such as 4, 500m or 16Gi")
+    return _parse_text(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_text(value: str) -> float:
+    # The same few strings ("1", "500m", "16Gi") come back in every pod of a cluster.
     match = _QUANTITY.match(value)
     if match is None or match.group(2) not in _SUFFIX:
         raise QuantityError(

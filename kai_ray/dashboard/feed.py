@@ -56,5 +56,6 @@ class Feed:
             self._changed = asyncio.Event()
         event = self._changed
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(event.wait(), timeout=timeout)
+            async with asyncio.timeout(timeout):
+                await event.wait()
         return self.revision

@@ -16,10 +16,10 @@ import json
 import os
 import ssl
 import tempfile
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Coroutine, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import yaml
@@ -31,9 +31,22 @@ try:  # pods are large: decoding a watch's events is most of an operator's CPU
 except ImportError:  # pragma: no cover - orjson comes with the kubernetes extra
     _loads = json.loads
 
-__all__ = ["ApiError", "Kube", "KubeConfig", "load_kubeconfig"]
+__all__ = ["ApiError", "Kube", "KubeConfig", "load_kubeconfig", "run_async"]
 
 _SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+T = TypeVar("T")
+
+
+def run_async(main: Coroutine[Any, Any, T]) -> T:
+    """asyncio.run, on uvloop's event loop where it is installed (the kubernetes extra
+    brings it): an operator's time goes to many small requests and watch events, and
+    uvloop's loop takes about half of asyncio's own per event."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - the kubernetes extra installs it
+        return asyncio.run(main)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(main)
 
 
 class ApiError(RuntimeError):
@@ -252,6 +265,15 @@ class Kube:
     ) -> AsyncIterator[dict[str, Any]]:
         """The events of one watch call (ADDED, MODIFIED, DELETED, BOOKMARK, ERROR) until
         the server ends it. An ERROR event carries a Status (410: relist)."""
+        async for events in self.watch_batches(path, resource_version, timeout=timeout, **params):
+            for event in events:
+                yield event
+
+    async def watch_batches(
+        self, path: str, resource_version: str, *, timeout: int = 300, **params: str
+    ) -> AsyncIterator[list[dict[str, Any]]]:
+        """As `watch`, the events that arrived together as one list: during a burst (a
+        thousand pods bound) one wake-up handles many events instead of one each."""
         query = {
             "watch": "1",
             "resourceVersion": resource_version,
@@ -264,9 +286,14 @@ class Kube:
         ) as resp:
             if resp.status >= 300:
                 raise _error(resp.status, await resp.read())
-            async for line in resp.content:
-                if line.strip():
-                    yield _loads(line)
+            rest = b""
+            async for chunk in resp.content.iter_any():
+                *lines, rest = (rest + chunk).split(b"\n")
+                events = [_loads(line) for line in lines if line.strip()]
+                if events:
+                    yield events
+            if rest.strip():
+                yield [_loads(rest)]
 
 
 def _error(status: int, payload: bytes) -> ApiError:

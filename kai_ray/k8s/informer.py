@@ -92,9 +92,10 @@ class Informer:
         """Watch calls back to back from the last version seen; returns on 410 Gone."""
         while True:
             try:
-                async for event in self.kube.watch(self.path, self._version):
-                    if not self._apply(event):
-                        return
+                async for events in self.kube.watch_batches(self.path, self._version):
+                    for event in events:
+                        if not self._apply(event):
+                            return
             except ApiError as exc:
                 if exc.status == 410:
                     return

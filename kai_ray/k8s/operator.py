@@ -74,9 +74,9 @@ class Operator:
         self.lifecycle = ObservedLifecycle(self.source.facts)
         self.feed = Feed(self._board)
         # A long-lived process with many live objects (every pod of the cluster): the
-        # cycle runs with the garbage collector paused, and what the first list brought
-        # is frozen out of the collector's generations after the first step (a full
-        # collection over 100,000 pods stalls a step for most of a second).
+        # cycle runs with the garbage collector paused, and what the first list brought,
+        # then the world the first step built from it, are frozen out of the collector's
+        # generations (a full collection over 100,000 pods stalls a step for a second).
         cycles = Cycles.of(options.config, pause_gc=True)
         self.loop = SchedulingLoop(
             self.source, self.actuator, self.lifecycle, options.config, cycles, self.feed
@@ -97,6 +97,7 @@ class Operator:
         """Start the watches and wait for their first lists."""
         self._tasks = [asyncio.create_task(i.run()) for i in self.watches.all()]
         await self.watches.synced()
+        gc.freeze()  # the cluster's objects, as listed: long-lived, never cyclic garbage
 
     async def start_dashboard(self) -> str | None:
         """Serve the dashboard as the options say; its URL (None: no dashboard)."""

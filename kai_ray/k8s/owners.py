@@ -9,6 +9,7 @@ it (`Known`) rather than being read from the object.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -21,6 +22,7 @@ __all__ = [
     "OwnerKey",
     "Owners",
     "as_count",
+    "could_join_a_gang",
     "describe",
     "epoch",
     "lineage_of",
@@ -93,6 +95,11 @@ def epoch(obj: Obj | None) -> float:
     value = meta(obj).get("creationTimestamp")
     if not isinstance(value, str) or not value:
         return 0.0
+    return _epoch(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _epoch(value: str) -> float:
     try:
         moment = datetime.fromisoformat(value)  # Python 3.11 reads the trailing "Z"
     except ValueError:
@@ -113,6 +120,19 @@ def scheduled_by_us(pod: Mapping[str, Any], scheduler_names: Collection[str]) ->
     return spec_of(pod).get("schedulerName") in scheduler_names
 
 
+def could_join_a_gang(pod: Mapping[str, Any], scheduler_names: Collection[str]) -> bool:
+    """Whether the pod's owners can matter to a gang: it is ours, or it is a batch Job's
+    pod (a RayJob's submitter, placed by another scheduler, still says whether the gang
+    waits for its own). Any other pod only holds room on its node."""
+    if scheduled_by_us(pod, scheduler_names):
+        return True
+    refs = meta(pod).get("ownerReferences") or ()
+    labels = section(pod, "labels")
+    return any(isinstance(r, dict) and r.get("kind") == "Job" for r in refs) or any(
+        key in labels for key in _JOB_NAME_LABELS
+    )
+
+
 def pod_finished(pod: Mapping[str, Any]) -> bool:
     return ((pod.get("status") or {}).get("phase")) in ("Succeeded", "Failed")
 
@@ -131,7 +151,7 @@ def _reference(ref: Obj) -> tuple[str, str] | None:
 
 
 def _controller(obj: Obj) -> Obj | None:
-    refs = [r for r in meta(obj).get("ownerReferences") or [] if isinstance(r, Mapping)]
+    refs = [r for r in meta(obj).get("ownerReferences") or [] if isinstance(r, dict)]
     return next((r for r in refs if r.get("controller") is True), refs[0] if refs else None)
 
 

@@ -62,8 +62,11 @@ def _effective(spec: Obj, what: str) -> dict[str, float]:
     A restartable init container (restartPolicy Always, a sidecar) keeps running beside the
     init containers after it and beside the app, so it adds to both.
     """
+    containers = spec.get("containers") or []
+    if len(containers) == 1 and not spec.get("initContainers") and not spec.get("overhead"):
+        return _container(containers[0], what)  # most pods: one container, nothing to add
     app: dict[str, float] = {}
-    for container in spec.get("containers") or []:
+    for container in containers:
         app = _add(app, _container(container, what))
     sidecars: dict[str, float] = {}
     init_peak: dict[str, float] = {}

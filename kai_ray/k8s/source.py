@@ -31,7 +31,7 @@ from kai_ray.control.snapshot import kept
 from kai_ray.core import ClusterSnapshot, JobInfo, NodeInfo
 from kai_ray.k8s.gangs import Gang, GangContext, build_gangs, gang_of, pod_role
 from kai_ray.k8s.informer import Key
-from kai_ray.k8s.owners import Lineage, Obj, OwnerKey, lineage_of
+from kai_ray.k8s.owners import Lineage, Obj, OwnerKey, could_join_a_gang, lineage_of
 from kai_ray.k8s.queues import QueueSet, read_queues
 from kai_ray.k8s.sharing import GPU_GROUP_ANNOTATION, idle_reservations, is_reservation
 from kai_ray.k8s.taints import Profile, Taint, blocking_taints
@@ -299,7 +299,7 @@ class KubeSource:
         if is_reservation(pod) or GPU_GROUP_ANNOTATION in (meta.get("annotations") or {}):
             ix.sharing.add(key)
             self._sharing = True
-        if not is_reservation(pod):
+        if not is_reservation(pod) and could_join_a_gang(pod, self.names):
             self._index_lineage(key, pod)
         self._place_pod(key, pod)
 

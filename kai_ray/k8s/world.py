@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import calendar
 import dataclasses
+import functools
 import time
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping
@@ -237,4 +238,10 @@ def timestamp(text: str | None) -> float:
     """An RFC 3339 timestamp of the API server (UTC, whole seconds) as epoch seconds."""
     if not text:
         return time.time()
-    return float(calendar.timegm(time.strptime(text[:19], "%Y-%m-%dT%H:%M:%S")))
+    return _seconds(text[:19])
+
+
+@functools.lru_cache(maxsize=4096)
+def _seconds(text: str) -> float:
+    # Pods made together share their second: a burst of them parses a handful of times.
+    return float(calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%S")))

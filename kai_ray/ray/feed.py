@@ -106,7 +106,8 @@ class AdmissionFeed:
             wake = self._wake.setdefault(did, asyncio.Event())
             wake.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await wake.wait()
             self._polled_at[did] = time.time()
         ids = self._outbox.pop(did, {})
         return {"epoch": self.epoch, "reports": self.reports(ids, lookup)}

@@ -202,6 +202,7 @@ class RayScheduler:
             ev = asyncio.Event()
             self.waiters.setdefault(wid, []).append(ev)
             try:
-                await asyncio.wait_for(ev.wait(), timeout=left)
+                async with asyncio.timeout(left):
+                    await ev.wait()
             except TimeoutError:
                 return
