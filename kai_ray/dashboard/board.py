@@ -11,6 +11,7 @@ against its fair share, how shares of a device are laid out) live here once.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -131,32 +132,23 @@ def _queue_row(q: QueueInfo, st: QueueStatus | None, depth: int, kids: list[str]
 
 def workload_row(v: WorkloadView, pos: tuple[int, int] | None, now: float) -> dict[str, Any]:
     """One workload as the Workloads page and `GET /api/v1/workloads` show it (`pos`: its
-    place in its queue and the queue's length, while it waits)."""
+    place in its queue and the queue's length, while it waits): the view's fields, but
+    how long it has waited in place of when it queued."""
     queued = v.state == State.QUEUED.value
-    return row(
-        id=v.id,
-        name=v.name,
-        kind=v.kind,
-        queue=v.queue,
-        priority=v.priority,
-        priority_class=v.priority_class,
-        preemptible=v.preemptible,
-        state=v.state,
-        reason=v.reason,
+    fields = {f: getattr(v, f) for f in _ROW_FIELDS}
+    fields.update(
         reason_code=v.reason_code if queued else "",
-        position=pos,
-        created_at=v.created_at,
-        since=v.since,
         waiting_s=max(0.0, now - v.queued_at) if queued else None,
-        workers=v.workers,
-        min_workers=v.min_workers,
-        max_workers=v.max_workers,
-        gpus_per_worker=v.gpus_per_worker,
-        gpus=v.gpus,
         nodes=list(v.nodes),
-        preemptions=v.preemptions,
-        history=v.history,
     )
+    return row(position=pos, history=v.history, gpus=v.gpus, **fields)
+
+
+_ROW_FIELDS = tuple(
+    f.name
+    for f in dataclasses.fields(WorkloadView)
+    if f.name not in ("queued_at", "history", "holdings", "gpus")
+)
 
 
 def row(

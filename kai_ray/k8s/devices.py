@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kai_ray.k8s.client import ApiError, Kube
-from kai_ray.k8s.gangs import pod_request
+from kai_ray.k8s.requests import pod_request
 from kai_ray.k8s.sharing import (
     RESERVATION_NS,
     config_map,

@@ -30,7 +30,6 @@ from kai_ray.k8s.owners import (
     describe,
     epoch,
     lineage_of,
-    meta,
     name_of,
     namespace_of,
     pod_finished,
@@ -38,7 +37,7 @@ from kai_ray.k8s.owners import (
     section,
     spec_of,
 )
-from kai_ray.k8s.requests import GPU_FRACTION, GPU_FRACTION_DEVICES, GPU_MEMORY, spec_request
+from kai_ray.k8s.requests import pod_request, spec_request
 
 __all__ = [
     "Gang",
@@ -94,35 +93,6 @@ class Gang:
 class _Found(NamedTuple):
     value: str
     where: str  # e.g. "label kai.scheduler/queue on RayJob ml/j1", for messages
-
-
-# ---------------------------------------------------------------- requests
-
-
-# A pod's resources cannot change once it exists, so its request is read once per pod
-# (and per value of the annotations that make it a GPU share), not once per cycle.
-_REQUESTS: dict[tuple[str, str, str, str], Request] = {}
-_REQUESTS_MAX = 200_000
-
-
-def pod_request(pod: Mapping[str, Any]) -> Request:
-    """What the pod asks for; ValueError (naming the pod) for requests that cannot be read."""
-    annotations = section(pod, "annotations")
-    uid = str(meta(pod).get("uid") or "")
-    key = (
-        uid,
-        str(annotations.get(GPU_FRACTION)),
-        str(annotations.get(GPU_MEMORY)),
-        str(annotations.get(GPU_FRACTION_DEVICES)),
-    )
-    if uid and key in _REQUESTS:
-        return _REQUESTS[key]
-    request = spec_request(spec_of(pod), annotations, f"pod {namespace_of(pod)}/{name_of(pod)}")
-    if uid:
-        if len(_REQUESTS) >= _REQUESTS_MAX:
-            _REQUESTS.clear()
-        _REQUESTS[key] = request
-    return request
 
 
 # ---------------------------------------------------------------- gangs

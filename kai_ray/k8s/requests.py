@@ -15,7 +15,14 @@ from typing import Any
 from kai_ray.core.model import Request
 from kai_ray.core.quantity import QuantityError, parse_quantity
 
-__all__ = ["GPU_FRACTION", "GPU_FRACTION_DEVICES", "GPU_MEMORY", "GPU_RESOURCE", "spec_request"]
+__all__ = [
+    "GPU_FRACTION",
+    "GPU_FRACTION_DEVICES",
+    "GPU_MEMORY",
+    "GPU_RESOURCE",
+    "pod_request",
+    "spec_request",
+]
 
 Obj = Mapping[str, Any]
 GPU_FRACTION = "gpu-fraction"
@@ -135,3 +142,31 @@ def spec_request(spec: Obj, annotations: Obj, what: str) -> Request:
     gpu, gpu_memory = share if share is not None else (gpu, 0.0)
     extended = tuple(sorted((k, v) for k, v in totals.items() if v))
     return Request(gpu=gpu, gpu_memory=gpu_memory, cpu=cpu, memory=memory, extended=extended)
+
+
+# A pod's resources cannot change once it exists, so its request is read once per pod
+# (and per value of the annotations that make it a GPU share), not once per cycle.
+_REQUESTS: dict[tuple[str, str, str, str], Request] = {}
+_REQUESTS_MAX = 200_000
+
+
+def pod_request(pod: Obj) -> Request:
+    """What the pod asks for; ValueError (naming the pod) for requests that cannot be read."""
+    meta = pod.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    uid = str(meta.get("uid") or "")
+    key = (
+        uid,
+        str(annotations.get(GPU_FRACTION)),
+        str(annotations.get(GPU_MEMORY)),
+        str(annotations.get(GPU_FRACTION_DEVICES)),
+    )
+    if uid and key in _REQUESTS:
+        return _REQUESTS[key]
+    what = f"pod {meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
+    request = spec_request(pod.get("spec") or {}, annotations, what)
+    if uid:
+        if len(_REQUESTS) >= _REQUESTS_MAX:
+            _REQUESTS.clear()
+        _REQUESTS[key] = request
+    return request

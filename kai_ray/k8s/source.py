@@ -3,24 +3,22 @@
 Each informer tells the source what changed (a pod, a node, an owner, a class, a queue;
 or, after a relist, everything it holds); `observe` then redoes only that:
 
-- a pod: its gang (lineage through its owners), the node it is on, GPU sharing;
+- a pod: its place in kai_ray.k8s.podindex (its gang, its node, GPU sharing);
 - an owner (RayCluster, RayJob, ...): the pods whose lineage looked it up;
 - a gang whose pods or owners changed: the gang, its job, whether it is a problem
   (left out of the cycle; its pods then count as use outside on their nodes);
 - a node: its NodeInfo, with what runs there outside the core's tasks.
 
 Unchanged nodes and jobs keep their objects, which the incremental cycle reads as
-"unchanged"; so a steady cycle costs what changed, not the size of the cluster.
-`build_world` (kai_ray.k8s.world) from every object is the reference: with
-KAI_RAY_CHECK_INCREMENTAL set, each observed world is compared with it (the tests set it).
+"unchanged"; a steady cycle costs what changed, not the size of the cluster. The world
+rebuilt from every object (kai_ray.k8s.reference) is the reference: with
+KAI_RAY_CHECK_INCREMENTAL set, each observed world is compared with it (as in the tests).
 """
 
 from __future__ import annotations
 
 import os
-from collections import defaultdict
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
 from sortedcontainers import SortedDict
@@ -28,17 +26,18 @@ from sortedcontainers import SortedDict
 from kai_ray.control.cycles import CHECK_INCREMENTAL_ENV
 from kai_ray.control.observed import Facts
 from kai_ray.control.snapshot import kept
-from kai_ray.core import ClusterSnapshot, JobInfo, NodeInfo
-from kai_ray.k8s.gangs import Gang, GangContext, build_gangs, gang_of, pod_role
+from kai_ray.core import ClusterSnapshot, NodeInfo
+from kai_ray.k8s.gangs import Gang, GangContext, gang_of
 from kai_ray.k8s.informer import Key
-from kai_ray.k8s.owners import Lineage, Obj, OwnerKey, could_join_a_gang, lineage_of
+from kai_ray.k8s.owners import Lineage, Obj, OwnerKey
+from kai_ray.k8s.podindex import PodIndex, Touched
 from kai_ray.k8s.queues import QueueSet, read_queues
-from kai_ray.k8s.sharing import GPU_GROUP_ANNOTATION, idle_reservations, is_reservation
+from kai_ray.k8s.reference import rebuild_world, same_world
+from kai_ray.k8s.sharing import idle_reservations
 from kai_ray.k8s.taints import Profile, Taint, blocking_taints
-from kai_ray.k8s.watches import Watches
+from kai_ray.k8s.watches import OwnerObjects, Watches
 from kai_ray.k8s.world import (
     World,
-    build_world,
     gang_job,
     gang_profile,
     node_info,
@@ -47,79 +46,17 @@ from kai_ray.k8s.world import (
     tolerated_labels,
 )
 
-__all__ = ["ASSUME_TTL", "KubeSource", "WorldMismatch"]
+__all__ = ["ASSUME_TTL", "KubeSource"]
 
 ASSUME_TTL = 30.0  # seconds a sent binding is trusted before the pods' watch confirms it
-
-
-class WorldMismatch(AssertionError):
-    """The patched world differs from the full rebuild (a bug in the patching)."""
-
-
-@dataclass(slots=True)
-class _Index:
-    """Where each pod stands, to undo it when the pod changes."""
-
-    gang: dict[Key, str] = field(default_factory=dict)  # our live pods -> gang id
-    members: dict[str, dict[Key, Lineage]] = field(default_factory=lambda: defaultdict(dict))
-    elsewhere: dict[str, set[Key]] = field(default_factory=lambda: defaultdict(set))  # submitters
-    elsewhere_of: dict[Key, str] = field(default_factory=dict)
-    node: dict[Key, str] = field(default_factory=dict)  # live pods with a node -> the node
-    on_node: dict[str, dict[Key, None]] = field(default_factory=lambda: defaultdict(dict))
-    looked_up: dict[Key, tuple[OwnerKey, ...]] = field(default_factory=dict)
-    pods_of_owner: dict[OwnerKey, set[Key]] = field(default_factory=lambda: defaultdict(set))
-    uids: dict[str, Key] = field(default_factory=dict)
-    uid_of: dict[Key, str] = field(default_factory=dict)
-    sharing: set[Key] = field(default_factory=set)  # reservations and sharing pods
-
-    def keys(self) -> set[Key]:
-        """Every pod some index holds."""
-        return set(self.gang) | set(self.elsewhere_of) | set(self.node) | set(self.looked_up) | self.sharing
-
-
-class _Owners(Mapping[OwnerKey, Obj]):
-    """The owner informers' objects by (kind, namespace, name), without copying them."""
-
-    def __init__(self, watches: Watches) -> None:
-        self.watches = watches
-
-    def __getitem__(self, key: OwnerKey) -> Obj:
-        informer = self.watches.owners.get(key[0])
-        if informer is None:
-            raise KeyError(key)
-        return informer.items[(key[1], key[2])]
-
-    def __iter__(self) -> Iterator[OwnerKey]:
-        for kind, informer in self.watches.owners.items():
-            for ns, name in informer.items:
-                yield (kind, ns, name)
-
-    def __len__(self) -> int:
-        return sum(len(i.items) for i in self.watches.owners.values())
-
-
-class _Elsewhere:
-    """Gang ids with a submitter pod outside the gang (GangContext reads `in`)."""
-
-    def __init__(self, index: _Index) -> None:
-        self.index = index
-
-    def __contains__(self, gang: object) -> bool:
-        return bool(self.index.elsewhere.get(gang))  # type: ignore[call-overload]
-
-    def __iter__(self) -> Iterator[str]:
-        return (g for g, keys in self.index.elsewhere.items() if keys)
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
 
 
 class KubeSource:
     def __init__(self, watches: Watches, scheduler_names: tuple[str, ...], default_queue: str) -> None:
         self.watches, self.names, self.default_queue = watches, frozenset(scheduler_names), default_queue
         self.check = bool(os.environ.get(CHECK_INCREMENTAL_ENV))
-        self.owners = _Owners(watches)
-        self.index = _Index()
+        self.owners = OwnerObjects(watches)
+        self.index = PodIndex()
         self.gangs: dict[str, Gang] = {}  # usable gangs (in the cycle)
         self.problems: dict[str, Gang] = {}  # gangs left out, with why
         self.queue_set: QueueSet = read_queues([])
@@ -138,9 +75,8 @@ class KubeSource:
         # What changed since the last observe.
         self._pods: set[Key] = set()
         self._owner_keys: set[OwnerKey] = set()
-        self._dirty_gangs: set[str] = set()
-        self._dirty_nodes: set[str] = set()
-        self._all_pods = self._all_nodes = self._all_gangs = self._queues = self._sharing = True
+        self._touched = Touched(sharing=True)
+        self._all_pods = self._all_nodes = self._all_gangs = self._queues = True
         self._nodes_moved = self._jobs_moved = True
         watches.subscribe(self)
 
@@ -151,7 +87,7 @@ class KubeSource:
         self._pods.add((meta.get("namespace", ""), meta["name"]))
 
     def node_changed(self, kind: str, obj: dict[str, Any]) -> None:
-        self._dirty_nodes.add(obj["metadata"]["name"])
+        self._touched.nodes.add(obj["metadata"]["name"])
         if kind in ("ADDED", "DELETED"):
             self._nodes_moved = True
 
@@ -188,11 +124,11 @@ class KubeSource:
     def hold_room(self, gang: str, node: str) -> None:
         """The room for a RayJob's submitter, held on `node` until its pod comes."""
         self.placeholders[gang] = node
-        self._dirty_gangs.add(gang)
+        self._touched.gangs.add(gang)
 
     def release_room(self, gang: str) -> None:
         if self.placeholders.pop(gang, None) is not None:
-            self._dirty_gangs.add(gang)
+            self._touched.gangs.add(gang)
 
     def take_direct(self) -> list[tuple[str, str, str]]:
         direct, self.direct = self.direct, []
@@ -224,8 +160,9 @@ class KubeSource:
         self._expire_assumed(now)
         self._read_queues_and_classes()
         self._mark_owners_pods()
+        pods = self.watches.pods.items
         for key in self._pods:
-            self._index_pod(key)
+            self.index.update(key, pods.get(key), self.owners, self.names, self._assumed_node, self._touched)
         self._pods = set()
         self._read_taints()
         self._rebuild_gangs(now)
@@ -233,7 +170,7 @@ class KubeSource:
         self._rebuild_nodes()
         snapshot = self._assemble()
         if self.check:
-            self.compare_with_rebuild(snapshot)
+            same_world(snapshot, self.rebuild().snapshot)
         return snapshot
 
     def _expire_assumed(self, now: float) -> None:
@@ -271,80 +208,27 @@ class KubeSource:
             self._pods |= self.index.pods_of_owner.get(owner, set())
         self._owner_keys = set()
 
-    def _index_pod(self, key: Key) -> None:
-        """Take the pod out of every index, then put it back as it is now."""
-        ix = self.index
-        if (gang := ix.gang.pop(key, None)) is not None:
-            ix.members[gang].pop(key, None)
-            self._dirty_gangs.add(gang)
-        if (gang := ix.elsewhere_of.pop(key, None)) is not None:
-            ix.elsewhere[gang].discard(key)
-            self._dirty_gangs.add(gang)
-        if (node := ix.node.pop(key, None)) is not None:
-            ix.on_node[node].pop(key, None)
-            self._dirty_nodes.add(node)
-        for owner in ix.looked_up.pop(key, ()):
-            ix.pods_of_owner[owner].discard(key)
-        if key in ix.sharing:
-            ix.sharing.discard(key)
-            self._sharing = True
-        if (uid := ix.uid_of.pop(key, None)) is not None:
-            ix.uids.pop(uid, None)
-        pod = self.watches.pods.items.get(key)
-        if pod is None:
-            return
-        meta = pod["metadata"]
-        uid = meta.get("uid", "")
-        ix.uids[uid], ix.uid_of[key] = key, uid
-        if is_reservation(pod) or GPU_GROUP_ANNOTATION in (meta.get("annotations") or {}):
-            ix.sharing.add(key)
-            self._sharing = True
-        if not is_reservation(pod) and could_join_a_gang(pod, self.names):
-            self._index_lineage(key, pod)
-        self._place_pod(key, pod)
-
-    def _index_lineage(self, key: Key, pod: Obj) -> None:
-        ix = self.index
-        lineage = lineage_of(pod, self.owners)
-        ix.looked_up[key] = lineage.looked_up
-        for owner in lineage.looked_up:
-            ix.pods_of_owner[owner].add(key)
-        role = pod_role(pod, lineage, self.names)
-        if role == "ours":
-            ix.gang[key] = lineage.gang_id
-            ix.members[lineage.gang_id][key] = lineage
-            self._dirty_gangs.add(lineage.gang_id)
-        elif role:
-            ix.elsewhere_of[key] = lineage.gang_id
-            ix.elsewhere[lineage.gang_id].add(key)
-            self._dirty_gangs.add(lineage.gang_id)
-
-    def _place_pod(self, key: Key, pod: Obj) -> None:
-        """Which node the pod holds capacity on (bound, or a binding sent), if any."""
-        uid = pod["metadata"].get("uid", "")
-        node = pod.get("spec", {}).get("nodeName") or self.assumed.get(uid, (None, 0.0))[0]
-        if node and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
-            self.index.node[key] = node
-            self.index.on_node[node][key] = None
-            self._dirty_nodes.add(node)
+    def _assumed_node(self, uid: str) -> str | None:
+        sent = self.assumed.get(uid)
+        return sent[0] if sent is not None else None
 
     # ------------------------------------------------------------ gangs
 
     def _rebuild_gangs(self, now: float) -> None:
         if self._all_gangs:
             self._all_gangs = False
-            self._dirty_gangs |= set(self.index.members) | set(self.gangs) | set(self.problems)
-        if not self._dirty_gangs:
+            self._touched.gangs |= set(self.index.members) | set(self.gangs) | set(self.problems)
+        if not self._touched.gangs:
             return
-        ctx = GangContext.of(self._classes, self.default_queue, _Elsewhere(self.index))
-        for gid in sorted(self._dirty_gangs):
+        ctx = GangContext.of(self._classes, self.default_queue, self.index.submitter_elsewhere())
+        for gid in sorted(self._touched.gangs):
             self._drop_gang(gid)
             members = self.index.members.get(gid)
             if members:
                 self._add_gang(gid, members, ctx, now)
             else:
                 self.placeholders.pop(gid, None)
-        self._dirty_gangs = set()
+        self._touched.gangs = set()
 
     def _drop_gang(self, gid: str) -> None:
         old = self.gangs.pop(gid, None) or self.problems.pop(gid, None)
@@ -386,7 +270,7 @@ class KubeSource:
                     uid = meta.get("uid", "")
                     self.assumed[uid] = (node, now)
                     key = (meta.get("namespace", ""), meta["name"])
-                    self._place_pod(key, pod)
+                    self.index.place(key, pod, node, self._touched)
                     self.direct.append((gang.id, meta["name"], node))
             del self.placeholders[gang.id]  # its room is the pod's now (or no longer needed)
 
@@ -400,7 +284,7 @@ class KubeSource:
                 self._counted.discard(uid)
             node = self.index.node.get((pod["metadata"].get("namespace", ""), pod["metadata"]["name"]))
             if node is not None:
-                self._dirty_nodes.add(node)
+                self._touched.nodes.add(node)
 
     def _profile(self, gang: Gang, change: int) -> None:
         label, profile = gang_profile(gang)
@@ -422,9 +306,9 @@ class KubeSource:
 
     def _find_idle_holders(self) -> None:
         """Reservations holding a device no sharing pod uses count as use outside."""
-        if not self._sharing:
+        if not self._touched.sharing:
             return
-        self._sharing = False
+        self._touched.sharing = False
         items = self.watches.pods.items
         pods = [items[k] for k in self.index.sharing if k in items]
         idle = {
@@ -436,7 +320,7 @@ class KubeSource:
             if uid is not None:
                 (self._counted.add if key in idle else self._counted.discard)(uid)
             if key in self.index.node:
-                self._dirty_nodes.add(self.index.node[key])
+                self._touched.nodes.add(self.index.node[key])
         self._idle = idle
 
     def _read_taints(self) -> None:
@@ -445,29 +329,29 @@ class KubeSource:
         items = self.watches.nodes.items
         if self._all_nodes:
             self._all_nodes = False
-            self._dirty_nodes |= {name for _, name in items} | set(self._infos)
+            self._touched.nodes |= {name for _, name in items} | set(self._infos)
         was_tainted = self._tainted()
-        for name in self._dirty_nodes:
+        for name in self._touched.nodes:
             obj = items.get(("", name))
             self._taints.pop(name, None)
             if obj is not None:
                 self._taints[name] = blocking_taints(obj)
         if self._tainted() != was_tainted:
-            self._dirty_gangs |= set(self.gangs)
+            self._touched.gangs |= set(self.gangs)
             self._all_nodes = True
 
     def _rebuild_nodes(self) -> None:
         items = self.watches.nodes.items
         if self._all_nodes:  # a tolerations label came or went
             self._all_nodes = False
-            self._dirty_nodes |= {name for _, name in items} | set(self._infos)
-        if not self._dirty_nodes:
+            self._touched.nodes |= {name for _, name in items} | set(self._infos)
+        if not self._touched.nodes:
             return
         assumed = self._assumed_nodes()
         profiles = {label: p for label, (p, _) in self._profiles.items()} if self._tainted() else {}
-        for name in self._dirty_nodes:
+        for name in self._touched.nodes:
             self._node(name, items.get(("", name)), assumed, profiles)
-        self._dirty_nodes = set()
+        self._touched.nodes = set()
 
     def _node(
         self, name: str, obj: Obj | None, assumed: Mapping[str, str], profiles: Mapping[str, Profile]
@@ -502,40 +386,14 @@ class KubeSource:
         self._snapshot = ClusterSnapshot(nodes=nodes, queues=queues, jobs=jobs)
         return self._snapshot
 
-    def compare_with_rebuild(self, snapshot: ClusterSnapshot) -> None:
-        """Raise WorldMismatch where the patched world differs from the full rebuild."""
-        want = self.rebuild().snapshot
-        _same("node", snapshot.nodes, want.nodes)
-        _same("job", snapshot.jobs, want.jobs)
-        if snapshot.queues != want.queues:
-            raise WorldMismatch(f"queues differ: patched {snapshot.queues!r}, rebuilt {want.queues!r}")
-
     def rebuild(self) -> World:
-        """The whole world from every object (build_world: the reference)."""
-        items = self.watches.pods.items.values()
-        pods = [p for p in items if not is_reservation(p)]
-        gangs = build_gangs(
-            pods, self.owners, self._classes, scheduler_names=self.names, default_queue=self.default_queue
-        )
-        assumed = self._assumed_nodes()
-        return build_world(
-            self.watches.nodes.items.values(),
-            pods,
-            gangs,
+        """The whole world from every object: the reference (kai_ray.k8s.reference)."""
+        return rebuild_world(
+            self.watches,
+            self._classes,
             self.queue_set.queues,
-            scheduler_names=self.names,
-            assumed=assumed,
-            placeholders=self.placeholders,
-            idle_holders=idle_reservations(list(items), assumed),
+            self.names,
+            self.default_queue,
+            self._assumed_nodes(),
+            self.placeholders,
         )
-
-
-def _same(what: str, got: Sequence[NodeInfo | JobInfo], want: Sequence[NodeInfo | JobInfo]) -> None:
-    if got == want:
-        return
-    got_names, want_names = [x.name for x in got], [x.name for x in want]
-    if got_names != want_names:
-        raise WorldMismatch(f"{what}s differ: patched {got_names}, rebuilt {want_names}")
-    for a, b in zip(got, want, strict=True):
-        if a != b:
-            raise WorldMismatch(f"{what} {a.name} differs:\npatched {a!r}\nrebuilt {b!r}")

@@ -4,13 +4,14 @@ telling its subscriber what changed (kai_ray.k8s.source patches its world from t
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
 from kai_ray.k8s.client import Kube
 from kai_ray.k8s.informer import Informer
 from kai_ray.k8s.queues import KAI_RAY_QUEUE_API
 
-__all__ = ["OWNER_APIS", "QUEUE_APIS", "Subscriber", "Watches"]
+__all__ = ["OWNER_APIS", "QUEUE_APIS", "OwnerObjects", "Subscriber", "Watches"]
 
 OWNER_APIS = {
     "RayCluster": "/apis/ray.io/v1/rayclusters",
@@ -63,6 +64,27 @@ class Watches:
 
     async def synced(self) -> None:
         await asyncio.gather(*(i.synced.wait() for i in self.all()))
+
+
+class OwnerObjects(Mapping[tuple[str, str, str], Mapping[str, Any]]):
+    """The owner informers' objects by (kind, namespace, name), without copying them."""
+
+    def __init__(self, watches: Watches) -> None:
+        self.watches = watches
+
+    def __getitem__(self, key: tuple[str, str, str]) -> Mapping[str, Any]:
+        informer = self.watches.owners.get(key[0])
+        if informer is None:
+            raise KeyError(key)
+        return informer.items[(key[1], key[2])]
+
+    def __iter__(self) -> Iterator[tuple[str, str, str]]:
+        for kind, informer in self.watches.owners.items():
+            for ns, name in informer.items:
+                yield (kind, ns, name)
+
+    def __len__(self) -> int:
+        return sum(len(i.items) for i in self.watches.owners.values())
 
 
 def _owner_delta(to: Subscriber, owner_kind: str) -> Any:

@@ -24,7 +24,8 @@ from typing import Any
 
 from kai_ray.core import ClusterSnapshot, JobInfo, NodeInfo, QueueInfo, TaskInfo, TaskStatus
 from kai_ray.core.quantity import parse_quantity
-from kai_ray.k8s.gangs import Gang, pod_finished, pod_request, scheduled_by_us
+from kai_ray.k8s.gangs import Gang, pod_finished, scheduled_by_us
+from kai_ray.k8s.requests import pod_request
 from kai_ray.k8s.sharing import GPU_GROUP_ANNOTATION
 from kai_ray.k8s.taints import Profile, Taint, blocking_taints, profile_label, tolerates, tolerations_of
 

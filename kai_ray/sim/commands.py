@@ -69,6 +69,13 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
         help=f"scheduling period: 0 = a cycle at every event time (default {DEFAULT_PERIOD_S:g})",
     )
     sim.add_argument(
+        "--wait-step",
+        metavar="S",
+        default=None,
+        help="while something waits, a cycle at least every S seconds (default: 60 for policies "
+        "with a usage history, whose shares change with time alone; none otherwise)",
+    )
+    sim.add_argument(
         "--config", metavar="FILE", help="a scheduler options file (the policies' base configuration)"
     )
     sim.add_argument(
@@ -111,6 +118,7 @@ def _simulate(args: argparse.Namespace) -> int:
         checkpoint_s=parse_duration(args.checkpoint, "--checkpoint"),
         period_s=parse_duration(args.period, "--period"),
         event_log=args.events,
+        wait_step_s=parse_duration(args.wait_step, "--wait-step") if args.wait_step else None,
     )
     nodes = parse_cluster(args.cluster)
     base = load_scheduler_config(args.config) if args.config else None
@@ -156,6 +164,7 @@ def _facts(args: argparse.Namespace, jobs: list[Any], nodes: list[Any], options:
         "queues": args.queues or "one per trace queue, equal quotas",
         "checkpoint_s": options.checkpoint_s,
         "period_s": options.period_s,
+        "wait_step_s": options.wait_step_s,
         "peak_memory_mib": peak_memory_mib(),
     }
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,6 @@ import pytest
 import yaml
 
 from kai_ray.cli import build_parser
-from kai_ray.testing.apiserver import ApiServer, apiserver_binary
 from tests.helm.test_chart import CRD_SOURCE, REPO, render
 from tests.helm.test_install import RELEASE_NS, account_kubeconfig, assert_least_privilege, run
 from tests.helm.tools import tools
@@ -126,17 +124,6 @@ def test_kuberays_values_name_our_scheduler(helm_kubectl: tuple[str, str]) -> No
     assert values == {"batchScheduler": {"name": "kai-scheduler"}}  # not `enabled` with it
     argv = operator_argv(one(kustomize(helm_kubectl[1], BASE), "Deployment"))
     assert values["batchScheduler"]["name"] in build_parser().parse_args(argv[1:]).scheduler_names
-
-
-@pytest.fixture
-def rbac_cluster() -> Iterator[K8sEnv]:
-    apiserver_binary()
-    with ApiServer(rbac=True) as api:
-        env = K8sEnv(api)
-        try:
-            yield env
-        finally:
-            env.close()
 
 
 def test_apply_the_base_and_schedule_with_its_account(rbac_cluster: K8sEnv, tmp_path: Path) -> None:
