@@ -55,9 +55,10 @@ case "${1:-}" in
     echo "== mypy (strict on kai_ray/core, control, k8s, testing, dashboard, sim)"
     "$VENV/bin/mypy" kai_ray/core kai_ray/control kai_ray/k8s kai_ray/testing kai_ray/dashboard kai_ray/sim
     echo "== import contracts"; "$VENV/bin/lint-imports"
-    # The Kubernetes tests run a real kube-apiserver: built from Debian's source once per
-    # machine (about 15 minutes on 2 cores), then cached under ~/.cache/kai-ray.
-    echo "== kube-apiserver"; bash kai_ray/testing/build-kube-apiserver.sh
+    # The Kubernetes tests run a real kube-apiserver, etcd and KubeRay's operator: built
+    # from their Go modules once per machine (about 8 minutes on 2 cores), then cached
+    # under ~/.cache/kai-ray.
+    echo "== Kubernetes components"; bash kai_ray/testing/build-components.sh
     echo "== chromium"; ensure_chromium
     echo "== pytest"
     exec "$VENV/bin/pytest" "$@"

@@ -1,28 +1,24 @@
 """A small asynchronous Kubernetes API client: what the operator needs, on one
 kept-alive connection pool with many requests in flight.
 
-The official `kubernetes` client opens a connection per request unless its responses are
-released just so, and throttles itself client-side; binding a gang's pods through it is
-an order of magnitude slower than the API server allows (see docs/kubernetes.md). This
-client speaks plain JSON over aiohttp: list, watch, get, create, patch, delete, and the
-two subresources a scheduler writes, `pods/binding` and `pods/eviction`.
+Logging in (kubeconfig, exec plugins, service-account tokens) is kubernetes_asyncio's
+(kai_ray.k8s.login); the requests are this module's, a fast path measured against
+kubernetes_asyncio's own API client (`kai-ray bench k8s` reports both binding rates,
+BENCHMARKS.md the figures). It speaks plain JSON over aiohttp: list, watch, get,
+create, patch, delete, and the two subresources a scheduler writes, `pods/binding` and
+`pods/eviction`. A 401 gets a fresh credential and the request is sent once more.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
-import os
-import ssl
-import tempfile
 from collections.abc import AsyncIterator, Coroutine, Mapping
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 
 import aiohttp
-import yaml
+
+from kai_ray.k8s.login import KubeConfig, Login, load_kubeconfig
 
 try:  # pods are large: decoding a watch's events is most of an operator's CPU
     import orjson
@@ -33,8 +29,8 @@ except ImportError:  # pragma: no cover - orjson comes with the kubernetes extra
 
 __all__ = ["ApiError", "Kube", "KubeConfig", "load_kubeconfig", "run_async"]
 
-_SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 T = TypeVar("T")
+MAX_BUSY_RETRIES = 10  # 429 Too Many Requests: tried again this many times
 
 
 def run_async(main: Coroutine[Any, Any, T]) -> T:
@@ -57,84 +53,6 @@ class ApiError(RuntimeError):
         self.status, self.reason, self.message = status, reason, message
 
 
-@dataclass(frozen=True, slots=True)
-class KubeConfig:
-    server: str
-    token: str = ""
-    ca_file: str | None = None
-    cert_file: str | None = None
-    key_file: str | None = None
-    insecure: bool = False
-
-    def ssl_context(self) -> ssl.SSLContext | bool:
-        if not self.server.startswith("https"):
-            return False
-        if self.insecure:
-            ctx = ssl.create_default_context()
-            ctx.check_hostname = False
-            ctx.verify_mode = ssl.CERT_NONE
-        else:
-            ctx = ssl.create_default_context(cafile=self.ca_file)
-        if self.cert_file:
-            ctx.load_cert_chain(self.cert_file, self.key_file)
-        return ctx
-
-
-def load_kubeconfig(path: str | None = None, context: str | None = None) -> KubeConfig:
-    """The kubeconfig at `path` (else $KUBECONFIG, else ~/.kube/config), or the pod's own
-    service account when none exists and we run inside a cluster."""
-    candidate = path or os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
-    if Path(candidate).exists():
-        return _from_file(Path(candidate), context)
-    if path:
-        raise FileNotFoundError(f"kubeconfig {path} does not exist; pass an existing file to --kubeconfig")
-    host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT")
-    if host and port and (_SA_DIR / "token").exists():
-        return KubeConfig(
-            server=f"https://{host}:{port}",
-            token=(_SA_DIR / "token").read_text().strip(),
-            ca_file=str(_SA_DIR / "ca.crt"),
-        )
-    raise FileNotFoundError(
-        "no kubeconfig found (--kubeconfig, $KUBECONFIG, ~/.kube/config) and not running in a pod"
-    )
-
-
-def _from_file(path: Path, context: str | None) -> KubeConfig:
-    data = yaml.safe_load(path.read_text()) or {}
-    ctx_name = context or data.get("current-context")
-    ctx = _named(data.get("contexts", []), ctx_name, "context", path)
-    cluster = _named(data.get("clusters", []), ctx.get("cluster"), "cluster", path)
-    user = _named(data.get("users", []), ctx.get("user"), "user", path)
-    return KubeConfig(
-        server=cluster["server"].rstrip("/"),
-        token=user.get("token", ""),
-        ca_file=_file_or_data(cluster, "certificate-authority", path),
-        cert_file=_file_or_data(user, "client-certificate", path),
-        key_file=_file_or_data(user, "client-key", path),
-        insecure=bool(cluster.get("insecure-skip-tls-verify", False)),
-    )
-
-
-def _named(items: list[dict[str, Any]], name: str | None, what: str, path: Path) -> dict[str, Any]:
-    for item in items:
-        if name is None or item.get("name") == name:
-            return dict(item.get(what, {}))
-    raise ValueError(f"kubeconfig {path}: no {what} named {name!r}; check its current-context")
-
-
-def _file_or_data(section: Mapping[str, Any], key: str, path: Path) -> str | None:
-    if section.get(key):
-        return str((path.parent / section[key]).resolve())
-    data = section.get(f"{key}-data")
-    if not data:
-        return None
-    fd, name = tempfile.mkstemp(prefix="kai-ray-", suffix=".pem")
-    with os.fdopen(fd, "wb") as f:
-        f.write(base64.b64decode(data))
-    return name
-
-
 class Kube:
     """One session to one API server. Use `async with Kube(config) as kube:`."""
 
@@ -142,6 +60,7 @@ class Kube:
         self.config = config
         self._connections = connections
         self._session: aiohttp.ClientSession | None = None
+        self._login: Login | None = None
 
     async def __aenter__(self) -> Kube:
         await self.open()
@@ -151,16 +70,36 @@ class Kube:
         await self.close()
 
     async def open(self) -> None:
-        headers = {"Accept": "application/json"}
-        if self.config.token:
-            headers["Authorization"] = f"Bearer {self.config.token}"
-        connector = aiohttp.TCPConnector(limit=self._connections, ssl=self.config.ssl_context())
+        self._login = login = await Login.open(self.config)
+        connector = aiohttp.TCPConnector(limit=self._connections, ssl=login.ssl_context())
         self._session = aiohttp.ClientSession(
-            base_url=self.config.server,
-            headers=headers,
+            base_url=login.server,
+            headers={"Accept": "application/json"},
             connector=connector,
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
         )
+
+    @property
+    def login(self) -> Login:
+        if self._login is None:
+            raise RuntimeError("Kube is not open: use `async with Kube(config) as kube`")
+        return self._login
+
+    async def _headers(self, content_type: str | None = None) -> dict[str, str]:
+        headers = {"Content-Type": content_type} if content_type else {}
+        token = await self.login.authorization()
+        if token:
+            headers["Authorization"] = token
+        return headers
+
+    def _connection(self) -> dict[str, Any]:
+        """Per-request settings of the login: the proxy and the certificate's name."""
+        login, extra = self.login, {}
+        if login.proxy:
+            extra["proxy"] = login.proxy
+        if login.server_hostname:
+            extra["server_hostname"] = login.server_hostname
+        return extra
 
     async def close(self) -> None:
         if self._session is not None:
@@ -185,21 +124,34 @@ class Kube:
         decode: bool = True,
     ) -> dict[str, Any]:
         data = None if body is None else json.dumps(body)
-        headers = {"Content-Type": content_type} if data is not None else None
-        async with self.session.request(
-            method,
-            path,
-            data=data,
-            params=params,
-            headers=headers,
-            timeout=aiohttp.ClientTimeout(total=timeout),
-        ) as resp:
-            payload = await resp.read()
-            if resp.status >= 300:
-                raise _error(resp.status, payload)
-            if not decode:
-                return {}
-            return _loads(payload) if payload else {}
+        renewed, busy = False, 0
+        while True:
+            headers = await self._headers(content_type if data is not None else None)
+            async with self.session.request(
+                method,
+                path,
+                data=data,
+                params=params,
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=timeout),
+                **self._connection(),
+            ) as resp:
+                payload = await resp.read()
+                if resp.status == 401 and not renewed:
+                    renewed = True  # a rotated token, an expired plugin credential: once more
+                    await self.login.renew()
+                    continue
+                if resp.status == 429 and busy < MAX_BUSY_RETRIES:
+                    # The server asks to come back (a new resource's storage starting, its
+                    # priority and fairness queues full): after the time it names.
+                    busy += 1
+                    await asyncio.sleep(_retry_after(resp.headers.get("Retry-After")))
+                    continue
+                if resp.status >= 300:
+                    raise _error(resp.status, payload)
+                if not decode:
+                    return {}
+                return _loads(payload) if payload else {}
 
     async def get(self, path: str, **params: str) -> dict[str, Any]:
         return await self.request("GET", path, params=params or None)
@@ -282,8 +234,14 @@ class Kube:
             **params,
         }
         async with self.session.get(
-            path, params=query, timeout=aiohttp.ClientTimeout(total=None, sock_read=timeout + 30)
+            path,
+            params=query,
+            headers=await self._headers(),
+            timeout=aiohttp.ClientTimeout(total=None, sock_read=timeout + 30),
+            **self._connection(),
         ) as resp:
+            if resp.status == 401:
+                await self.login.renew()  # the informer watches again, logged in afresh
             if resp.status >= 300:
                 raise _error(resp.status, await resp.read())
             rest = b""
@@ -294,6 +252,13 @@ class Kube:
                     yield events
             if rest.strip():
                 yield [_loads(rest)]
+
+
+def _retry_after(value: str | None) -> float:
+    try:
+        return min(5.0, max(0.1, float(value or 1)))
+    except ValueError:
+        return 1.0
 
 
 def _error(status: int, payload: bytes) -> ApiError:

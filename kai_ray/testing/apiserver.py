@@ -1,11 +1,13 @@
 """A real kube-apiserver and etcd on 127.0.0.1, for the operator's tests and for
 `kai-ray bench k8s`. Nothing here is a stand-in for the API server: it is Kubernetes'
-own, built from Debian's source once per machine (build-kube-apiserver.sh, cached under
-~/.cache/kai-ray) and started with a fresh etcd per server.
+own (v1.34), built from its Go modules once per machine with the etcd it supports
+(build-components.sh, cached under ~/.cache/kai-ray), and started with a fresh etcd
+per server.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets
 import shutil
@@ -20,19 +22,23 @@ from typing import Any
 
 import yaml
 
-__all__ = ["ApiServer", "apiserver_binary"]
+__all__ = ["ApiServer", "apiserver_binary", "components"]
 
-_BUILD = Path(__file__).with_name("build-kube-apiserver.sh")
+_BUILD = Path(__file__).with_name("build-components.sh")
+
+
+@functools.cache
+def components() -> dict[str, str]:
+    """The real components, built first when this machine has none: kube-apiserver, etcd,
+    kuberay-operator (paths) and kuberay-crds (a folder of KubeRay's CRDs)."""
+    done = subprocess.run(["bash", str(_BUILD), "all"], check=True, stdout=subprocess.PIPE, text=True)
+    found = dict(line.split(" ", 1) for line in done.stdout.strip().splitlines())
+    return {name: path.strip() for name, path in found.items()}
 
 
 def apiserver_binary() -> str:
-    """The cached kube-apiserver, built first when this machine has none ($KAI_RAY_APISERVER
-    names one explicitly)."""
-    explicit = os.environ.get("KAI_RAY_APISERVER")
-    if explicit:
-        return explicit
-    done = subprocess.run(["bash", str(_BUILD)], check=True, stdout=subprocess.PIPE, text=True)
-    return done.stdout.strip().splitlines()[-1]
+    """The cached kube-apiserver ($KAI_RAY_APISERVER names another one explicitly)."""
+    return os.environ.get("KAI_RAY_APISERVER") or components()["kube-apiserver"]
 
 
 def _free_port() -> int:
@@ -67,7 +73,7 @@ class ApiServer:
     def start(self) -> None:
         binary = apiserver_binary()
         etcd_client, etcd_peer = _free_port(), _free_port()
-        etcd = shutil.which("etcd") or "/usr/bin/etcd"
+        etcd = components()["etcd"]
         self._spawn(
             "etcd",
             [
@@ -98,7 +104,6 @@ class ApiServer:
                 f"--secure-port={self.port}",
                 "--advertise-address=127.0.0.1",
                 f"--cert-dir={self.dir / 'certs'}",
-                "--insecure-port=0",
                 f"--token-auth-file={self.dir / 'tokens.csv'}",
                 f"--authorization-mode={'RBAC' if self.rbac else 'AlwaysAllow'}",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",

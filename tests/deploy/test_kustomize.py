@@ -19,7 +19,8 @@ from kai_ray.cli import build_parser
 from tests.helm.test_chart import CRD_SOURCE, REPO, render
 from tests.helm.test_install import RELEASE_NS, account_kubeconfig, assert_least_privilege, run
 from tests.helm.tools import tools
-from tests.k8s.env import CRDS, NS, K8sEnv, bound, group, raycluster
+from kai_ray.testing.kuberay import kuberay_crds
+from tests.k8s.env import NS, K8sEnv, bound, group, raycluster
 
 pytestmark = pytest.mark.k8s
 OPERATORS = REPO / "operators"
@@ -132,8 +133,8 @@ def test_apply_the_base_and_schedule_with_its_account(rbac_cluster: K8sEnv, tmp_
     admin = k8s.api.kubeconfig
     run(kubectl, "--kubeconfig", admin, "apply", "-k", str(BASE))
     run(kubectl, "--kubeconfig", admin, "apply", "-k", str(QUEUES))  # once the base's CRD is there
-    for crd in yaml.safe_load_all((CRDS / "kuberay.yaml").read_text()):  # as with KubeRay installed
-        k8s.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+    for path in kuberay_crds():  # KubeRay's own CRDs, as with KubeRay installed
+        k8s.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", yaml.safe_load(path.read_text()))
     time.sleep(0.5)  # established in well under that on this server
 
     # What the base made: the Deployment is there, but with no controller or kubelet

@@ -1,6 +1,6 @@
 """A fresh API server per test (about 6 s): tests share nothing, not even nodes. The
 kube-apiserver binary is built once per machine and cached (see
-kai_ray/testing/build-kube-apiserver.sh); the first test on a fresh machine pays that."""
+kai_ray/testing/build-components.sh); the first test on a fresh machine pays that."""
 
 from __future__ import annotations
 

@@ -23,6 +23,7 @@ from kai_ray.k8s.client import ApiError, Kube, load_kubeconfig
 from kai_ray.k8s.install import install_crds
 from kai_ray.testing.apiserver import ApiServer
 from kai_ray.testing.fakes import CRD_STAND_INS, FakeKubelet, KubeRayStandIn, make_node
+from kai_ray.testing.kuberay import kuberay_crds, start_kuberay
 
 T = TypeVar("T")
 CRDS = CRD_STAND_INS
@@ -41,6 +42,7 @@ class K8sEnv:
         self.operator_log = Path(api.dir) / "operator.log"
         self._fakes: list[asyncio.Future[Any]] = []
         self.kuberay: KubeRayStandIn | None = None
+        self.kuberay_operator: subprocess.Popen[bytes] | None = None
 
     # ------------------------------------------------------------ plumbing
 
@@ -49,6 +51,9 @@ class K8sEnv:
 
     def close(self) -> None:
         self.stop_operator()
+        if self.kuberay_operator is not None:
+            self.kuberay_operator.terminate()
+            self.kuberay_operator.wait(timeout=10)
         for f in self._fakes:
             f.cancel()
         self.run(self.kube.close())
@@ -56,19 +61,27 @@ class K8sEnv:
         self._thread.join(timeout=5)
 
     def install(self, *, kuberay: bool = True, kai_queue: bool = False) -> None:
+        """kai-ray's CRDs, KubeRay's own (from its Go module: full schemas), and a stand-in
+        of KAI's Queue CRD when asked."""
         self.run(install_crds(self.kube))
-        files = (["kuberay.yaml"] if kuberay else []) + (["kai-queue.yaml"] if kai_queue else [])
-        for name in files:
-            for crd in yaml.safe_load_all((CRDS / name).read_text()):
-                self.run(self.kube.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd))
+        crds = [yaml.safe_load(f.read_text()) for f in kuberay_crds()] if kuberay else []
+        if kai_queue:
+            crds += list(yaml.safe_load_all((CRDS / "kai-queue.yaml").read_text()))
+        for crd in crds:
+            self.run(self.kube.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd))
         time.sleep(0.5)  # established in well under that on this server
 
-    def start_fakes(self, kuberay: bool = True) -> None:
+    def start_fakes(self, kuberay: bool | str = True) -> None:
+        """The fake kubelet, and KubeRay: its real operator (True), with its batch
+        scheduler set to kai-scheduler as KubeRay's users set it, or the stand-in
+        ("stand-in"), for the flows the real one cannot run here (see KubeRayStandIn)."""
         kubelet = FakeKubelet(self.kube)
         self._fakes.append(asyncio.run_coroutine_threadsafe(kubelet.run(), self.loop))
-        if kuberay:
+        if kuberay == "stand-in":
             self.kuberay = KubeRayStandIn(self.kube)
             self._fakes.append(asyncio.run_coroutine_threadsafe(self.kuberay.run(), self.loop))
+        elif kuberay:
+            self.kuberay_operator = start_kuberay(self.api.kubeconfig, Path(self.api.dir) / "kuberay.log")
 
     def start_operator(self, *args: str, kubeconfig: str | None = None) -> None:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -213,6 +226,7 @@ def group(
     """A worker group of a RayCluster spec, each worker asking for `gpus`."""
     return {
         "groupName": name,
+        "rayStartParams": {},
         "replicas": replicas,
         "minReplicas": min_replicas,
         "maxReplicas": max(replicas, min_replicas),
@@ -233,7 +247,10 @@ def _template(cpu: str, gpus: float, annotations: dict[str, str] | None = None) 
 
 
 def cluster_spec(*groups: dict[str, Any], head_cpu: str = "1") -> dict[str, Any]:
-    return {"headGroupSpec": {"template": _template(head_cpu, 0)}, "workerGroupSpecs": list(groups)}
+    return {
+        "headGroupSpec": {"rayStartParams": {}, "template": _template(head_cpu, 0)},
+        "workerGroupSpecs": list(groups),
+    }
 
 
 def raycluster(

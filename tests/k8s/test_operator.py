@@ -109,7 +109,10 @@ def test_reclaim_between_queues_by_fair_share(k8s: K8sEnv) -> None:
 def test_inference_preempts_training_which_resumes_when_room_returns(k8s: K8sEnv) -> None:
     k8s.node("n0", gpus=4)
     k8s.queue("team", gpu=4)
-    k8s.start_fakes()
+    # KubeRay's own operator makes no cluster for a RayJob under its kai-scheduler plugin
+    # (v1.5 refuses any object but a RayCluster there), and a RayService's cluster waits
+    # for a live Ray head: the stand-in makes their pods as KubeRay would.
+    k8s.start_fakes(kuberay="stand-in")
     k8s.start_operator()
     job = {
         "apiVersion": "ray.io/v1",
@@ -176,7 +179,7 @@ def test_elastic_workers_are_placed_beyond_the_gang_and_taken_first(k8s: K8sEnv)
 def test_k8s_job_mode_rayjob_runs_with_its_submitter(k8s: K8sEnv) -> None:
     k8s.node("n0", gpus=2, cpu="4")
     k8s.queue("team", gpu=2)
-    k8s.start_fakes()
+    k8s.start_fakes(kuberay="stand-in")  # a RayJob: as above
     k8s.start_operator()
     job = {
         "apiVersion": "ray.io/v1",

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from kai_ray.k8s.client import gather_limited
-from tests.k8s.env import NS, K8sEnv, bound
+from tests.k8s.env import NS, K8sEnv, bound, cluster_spec, group
 
 pytestmark = pytest.mark.k8s
 GANGS, PODS_PER_GANG, NODES, GPUS = 100, 4, 12, 8  # room for 24 of the 100 gangs
@@ -30,10 +30,7 @@ def _make_gangs(k8s: K8sEnv) -> None:
                         "apiVersion": "ray.io/v1",
                         "kind": "RayCluster",
                         "metadata": {"name": f"g{i:03d}", "namespace": NS},
-                        "spec": {
-                            "headGroupSpec": {},
-                            "workerGroupSpecs": [{"groupName": "w", "replicas": PODS_PER_GANG - 1}],
-                        },
+                        "spec": cluster_spec(group("w", replicas=PODS_PER_GANG - 1)),
                     },
                 )
                 for i in range(GANGS)
@@ -135,7 +132,7 @@ def test_a_partly_bound_gang_that_no_longer_fits_is_evicted_whole(k8s: K8sEnv, t
             "apiVersion": "ray.io/v1",
             "kind": "RayCluster",
             "metadata": {"name": "half", "namespace": NS},
-            "spec": {"headGroupSpec": {}, "workerGroupSpecs": [{"groupName": "w", "replicas": 3}]},
+            "spec": cluster_spec(group("w", replicas=3)),
         },
     )
     for j in range(4):
