@@ -56,7 +56,7 @@ case "${1:-}" in
     "$VENV/bin/mypy" kai_ray/core kai_ray/control kai_ray/k8s kai_ray/testing kai_ray/dashboard kai_ray/sim
     echo "== import contracts"; "$VENV/bin/lint-imports"
     # The Kubernetes tests run a real kube-apiserver, etcd and KubeRay's operator: built
-    # from their Go modules once per machine (about 8 minutes on 2 cores), then cached
+    # from their Go modules once per machine (about 10 minutes on 2 cores), then cached
     # under ~/.cache/kai-ray.
     echo "== Kubernetes components"; bash kai_ray/testing/build-components.sh
     echo "== chromium"; ensure_chromium

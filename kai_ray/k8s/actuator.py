@@ -1,7 +1,10 @@
 """The Kubernetes backend's Actuator: a cycle's plan carried out on the API server.
 
-Evictions first (they free what the bindings use), through the Eviction API with an
-Event on each pod saying why; then bindings, sent concurrently on kept-alive
+Evictions first (they free what the bindings use): a Ray gang taken whole is stopped by
+suspending its RayJob or RayCluster, and elastic surplus workers go through KubeRay's
+scale-down, so that KubeRay does not make the pods again (kai_ray.k8s.suspension); any
+other pod through the Eviction API; an Event on each pod says why. Then bindings (a
+suspended gang the cycle admits is resumed instead), sent concurrently on kept-alive
 connections (kai_ray.k8s.client), a shared GPU's device held by a reservation pod
 before the first pod that shares it. A binding sent but not yet seen in the pods' watch
 is assumed by the ClusterSource, so the next cycle does not place the pod twice. Then
@@ -12,6 +15,7 @@ Queues' status (kai_ray.k8s.report), and GPU sharing's ConfigMaps and reservatio
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,9 +23,12 @@ from kai_ray.control.planner import JobPlan, Plan
 from kai_ray.core import CycleResult, Evict
 from kai_ray.k8s.client import ApiError, Kube, gather_limited
 from kai_ray.k8s.devices import DeviceSharing
+from kai_ray.k8s.gangs import Gang
 from kai_ray.k8s.report import Reporter
 from kai_ray.k8s.sharing import GPU_GROUP_ANNOTATION
 from kai_ray.k8s.source import KubeSource
+from kai_ray.k8s.suspension import cannot_suspend, resume_patch, scale_down, suspend_patch
+from kai_ray.k8s.watches import OWNER_APIS
 from kai_ray.k8s.world import SUBMITTER_TASK
 
 __all__ = ["ActuatorStats", "KubeActuator"]
@@ -33,6 +40,8 @@ log = logging.getLogger(__name__)
 class ActuatorStats:
     bound: int = 0
     evicted: int = 0
+    suspended: int = 0  # owners suspended (their pods count in evicted)
+    resumed: int = 0
 
 
 class KubeActuator:
@@ -57,7 +66,13 @@ class KubeActuator:
 
     async def _bind(self, binds: list[tuple[str, str, str, int | None]], now: float) -> None:
         calls = []
+        resumed: set[str] = set()
         for job, task, node, gpu_group in binds:
+            if (suspended := self.source.suspended_owner(job)) is not None:
+                if job not in resumed:  # admitted whole: KubeRay makes its pods, placed as usual
+                    resumed.add(job)
+                    calls.append(self._resume(suspended))
+                continue
             if task == SUBMITTER_TASK:
                 self.source.hold_room(job, node)  # the submitter pod goes there when it comes
                 continue
@@ -89,24 +104,92 @@ class KubeActuator:
 
     # ------------------------------------------------------------ evicting
 
+    async def _resume(self, gang: Gang) -> None:
+        await self.kube.patch(_owner_path(gang.kind, gang.namespace, gang.name), resume_patch())
+        self.stats.resumed += 1
+        await self.reporter.event(gang, "Normal", "Resumed", "admitted again by kai-ray: resumed")
+
     async def _evict(self, evictions: list[tuple[str, Evict]]) -> None:
-        calls = []
+        by_job: dict[str, list[tuple[dict[str, Any], Evict]]] = {}
         for job, e in evictions:
             if e.task == SUBMITTER_TASK:
                 self.source.release_room(job)
                 continue
             pod = self.source.pod(job, e.task)
             if pod is not None:
-                calls.append(self._evict_pod(pod, job, e))
+                by_job.setdefault(job, []).append((pod, e))
+        calls = []
+        for job, taken in by_job.items():
+            calls += self._take_back(job, taken)
         for outcome in await gather_limited(calls, self.in_flight):
             if isinstance(outcome, BaseException):
                 log.warning("eviction failed: %s", outcome)
+
+    def _take_back(self, job: str, taken: list[tuple[dict[str, Any], Evict]]) -> list[Any]:
+        """The calls that stop `taken` (a job's pods), the way its owner expects."""
+        gang = self.source.gangs.get(job)
+        moved = any(e.action == "consolidation" for _, e in taken)  # a move wants the pod made again
+        if gang is not None and not moved:
+            owner = self.source.owners.get((gang.kind, gang.namespace, gang.name))
+            if _whole(gang, taken) and not cannot_suspend(gang.kind, owner):
+                return [self._suspend(gang, taken)]
+            cluster = _cluster_of(self.source, taken)
+            patch = scale_down(cluster, [p for p, _ in taken]) if cluster is not None else None
+            if patch is not None and cluster is not None:
+                return [self._scale_down(cluster, patch, job, taken)]
+        return [self._evict_pod(pod, job, e) for pod, e in taken]
+
+    async def _suspend(self, gang: Gang, taken: list[tuple[dict[str, Any], Evict]]) -> None:
+        why = f"{taken[0][1].action}: {taken[0][1].reason}"  # e.g. "preempt: for ml/RayCluster/x"
+        await self.kube.patch(_owner_path(gang.kind, gang.namespace, gang.name), suspend_patch(why))
+        self.stats.suspended += 1
+        self.stats.evicted += len(taken)
+        await self.reporter.event(gang, "Warning", "Suspended", f"suspended by kai-ray: {why}")
+        for pod, e in taken:
+            await self.reporter.evicted(pod, gang.id, e)
+
+    async def _scale_down(
+        self,
+        cluster: Mapping[str, Any],
+        patch: dict[str, Any],
+        job: str,
+        taken: list[tuple[dict[str, Any], Evict]],
+    ) -> None:
+        meta = cluster["metadata"]
+        await self.kube.patch(_owner_path("RayCluster", meta["namespace"], meta["name"]), patch)
+        self.stats.evicted += len(taken)
+        for pod, e in taken:
+            await self.reporter.evicted(pod, job, e)
 
     async def _evict_pod(self, pod: dict[str, Any], job: str, e: Evict) -> None:
         meta = pod["metadata"]
         if await self.kube.evict(meta["namespace"], meta["name"]):
             self.stats.evicted += 1
             await self.reporter.evicted(pod, job, e)
+
+
+def _owner_path(kind: str, namespace: str, name: str) -> str:
+    group, plural = OWNER_APIS[kind].rsplit("/", 1)
+    return f"{group}/namespaces/{namespace}/{plural}/{name}"
+
+
+def _whole(gang: Gang, taken: list[tuple[dict[str, Any], Evict]]) -> bool:
+    """Whether nothing of the gang stays: every pod it has on a node is taken."""
+    names = {pod["metadata"]["name"] for pod, _ in taken}
+    placed = [p for p in gang.pods if p.get("spec", {}).get("nodeName")]
+    return all(p["metadata"]["name"] in names for p in placed)
+
+
+def _cluster_of(source: KubeSource, taken: list[tuple[dict[str, Any], Evict]]) -> Mapping[str, Any] | None:
+    """The one RayCluster whose workers these are, if it is known."""
+    clusters = {
+        (p["metadata"]["namespace"], (p["metadata"].get("labels") or {}).get("ray.io/cluster"))
+        for p, _ in taken
+    }
+    if len(clusters) != 1:
+        return None
+    ns, name = next(iter(clusters))
+    return source.owners.get(("RayCluster", ns, name)) if name else None
 
 
 def _evictions(plan: JobPlan) -> list[Evict]:

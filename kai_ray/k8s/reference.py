@@ -5,10 +5,12 @@ is set, and what `kai-ray bench k8s --world-nodes` times as the rebuild."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from kai_ray.core import ClusterSnapshot, JobInfo, NodeInfo, QueueInfo
 from kai_ray.k8s.gangs import build_gangs
 from kai_ray.k8s.sharing import idle_reservations, is_reservation
+from kai_ray.k8s.suspension import virtual_pods, virtual_scheduler
 from kai_ray.k8s.watches import OwnerObjects, Watches
 from kai_ray.k8s.world import World, build_world
 
@@ -27,9 +29,19 @@ def rebuild_world(
     default_queue: str,
     assumed: Mapping[str, str],
     placeholders: Mapping[str, str],
+    virtual: Sequence[Mapping[str, Any]] | None = None,
 ) -> World:
+    """`virtual`: the pods standing for suspended owners when the caller keeps them
+    (the source does); otherwise made here from the owners (kai_ray.k8s.suspension)."""
     items = watches.pods.items.values()
-    pods = [p for p in items if not is_reservation(p)]
+    if virtual is None:
+        scheduler = virtual_scheduler(names)
+        virtual = [
+            p
+            for (kind, _, _), obj in OwnerObjects(watches).items()
+            for p in virtual_pods(kind, obj, scheduler)
+        ]
+    pods = [p for p in items if not is_reservation(p)] + list(virtual)
     gangs = build_gangs(
         pods, OwnerObjects(watches), classes, scheduler_names=names, default_queue=default_queue
     )

@@ -24,6 +24,7 @@ from kai_ray.core import CycleResult, Evict, Reason
 from kai_ray.k8s.client import ApiError, Kube, gather_limited
 from kai_ray.k8s.gangs import Gang
 from kai_ray.k8s.queues import KAI_RAY_QUEUE_API, QueueSet, queue_status_body
+from kai_ray.k8s.suspension import is_virtual
 from kai_ray.k8s.taints import describe
 
 __all__ = ["Reporter", "condition_reason"]
@@ -90,7 +91,7 @@ class Reporter:
             gang = world.gangs.get(job)
             if gang is not None and job not in result.waiting and self._gang_said.pop(job, ""):
                 self._told.pop(job, None)
-                calls.append(self._event(gang, "Normal", "Scheduled", "placed by kai-ray"))
+                calls.append(self.event(gang, "Normal", "Scheduled", "placed by kai-ray"))
         calls += self._queues(result, world.queue_set)
         for outcome in await gather_limited(calls, self.in_flight):
             if isinstance(outcome, ApiError) and outcome.status != 404:
@@ -108,15 +109,15 @@ class Reporter:
         self._told[gang.id] = (gang, word, message, reason.code)
         calls: list[Any] = []
         for pod in gang.pods:
-            if pod.get("spec", {}).get("nodeName"):
-                continue
+            if pod.get("spec", {}).get("nodeName") or is_virtual(pod):
+                continue  # a virtual pod stands for a suspended owner's: it has no status
             uid = pod["metadata"].get("uid", "")
             if self._pod_said.get(uid) != (word, message):
                 self._pod_said[uid] = (word, message)
                 calls.append(self._pod_condition(pod, word, message))
         if self._gang_said.get(gang.id) != reason.code:
             self._gang_said[gang.id] = reason.code
-            calls.append(self._event(gang, "Normal" if wants_capacity(reason) else "Warning", word, message))
+            calls.append(self.event(gang, "Normal" if wants_capacity(reason) else "Warning", word, message))
         return calls
 
     async def _pod_condition(self, pod: dict[str, Any], word: str, message: str) -> None:
@@ -150,7 +151,7 @@ class Reporter:
         }
         await self._post_event(meta["namespace"], involved, "Warning", word, f"{e.reason} (gang {job})")
 
-    async def _event(self, gang: Gang, kind: str, reason: str, message: str) -> None:
+    async def event(self, gang: Gang, kind: str, reason: str, message: str) -> None:
         involved = {
             "apiVersion": _API_VERSIONS.get(gang.kind, "v1"),
             "kind": gang.kind,

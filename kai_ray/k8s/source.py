@@ -34,6 +34,7 @@ from kai_ray.k8s.podindex import PodIndex, Touched
 from kai_ray.k8s.queues import QueueSet, read_queues
 from kai_ray.k8s.reference import rebuild_world, same_world
 from kai_ray.k8s.sharing import idle_reservations
+from kai_ray.k8s.suspension import SUSPENDABLE_KINDS, is_virtual, virtual_pods, virtual_scheduler
 from kai_ray.k8s.taints import Profile, Taint, blocking_taints
 from kai_ray.k8s.watches import OwnerObjects, Watches
 from kai_ray.k8s.world import (
@@ -63,6 +64,11 @@ class KubeSource:
         self.assumed: dict[str, tuple[str, float]] = {}  # pod uid -> (node, when sent)
         self.placeholders: dict[str, str] = {}  # gang id -> node holding its submitter's room
         self.direct: list[tuple[str, str, str]] = []  # (gang, pod, node) to bind at once
+        # The pods standing for owners kai-ray suspended (kai_ray.k8s.suspension), by key
+        # and by owner: they wait in the world as the pods KubeRay makes on resume.
+        self.virtual: dict[Key, dict[str, Any]] = {}
+        self._virtual_of: dict[OwnerKey, set[Key]] = {}
+        self._all_virtual = True
         self._jobs: SortedDict = SortedDict()  # (created_at, gang id) -> JobInfo, build_gangs' order
         self._job_keys: dict[str, tuple[float, str]] = {}
         self._infos: dict[str, NodeInfo] = {}
@@ -105,6 +111,7 @@ class KubeSource:
         """An informer listed again: everything it holds may have changed."""
         if what == "pods" or what == "owners":
             self._all_pods = True
+            self._all_virtual |= what == "owners"
         elif what == "nodes":
             self._all_nodes = self._nodes_moved = True
         elif what == "classes":
@@ -140,6 +147,13 @@ class KubeSource:
             return None
         return next((p for p in found.pods if p["metadata"]["name"] == task), None)
 
+    def suspended_owner(self, gang: str) -> Gang | None:
+        """The gang, when it stands for an owner kai-ray suspended (its pods are virtual)."""
+        found = self.gangs.get(gang)
+        if found is None or not any(is_virtual(p) for p in found.pods):
+            return None
+        return found
+
     def facts(self, gang: str) -> Facts | None:
         """What people see of a gang beyond the core's job (ObservedLifecycle asks)."""
         found = self.gangs.get(gang)
@@ -160,9 +174,8 @@ class KubeSource:
         self._expire_assumed(now)
         self._read_queues_and_classes()
         self._mark_owners_pods()
-        pods = self.watches.pods.items
         for key in self._pods:
-            self.index.update(key, pods.get(key), self.owners, self.names, self._assumed_node, self._touched)
+            self.index.update(key, self._obj(key), self.owners, self.names, self._assumed_node, self._touched)
         self._pods = set()
         self._read_taints()
         self._rebuild_gangs(now)
@@ -206,7 +219,32 @@ class KubeSource:
             self._pods |= set(self.watches.pods.items) | self.index.keys()
         for owner in self._owner_keys:
             self._pods |= self.index.pods_of_owner.get(owner, set())
+        if self._all_virtual:
+            self._all_virtual = False
+            self._owner_keys |= set(self._virtual_of) | {k for k in self.owners if k[0] in SUSPENDABLE_KINDS}
+        self._refresh_virtual(self._owner_keys)
         self._owner_keys = set()
+
+    def _refresh_virtual(self, owners: set[OwnerKey]) -> None:
+        scheduler = virtual_scheduler(self.names)
+        for key in owners:
+            if key[0] not in SUSPENDABLE_KINDS:
+                continue
+            obj = self.owners.get(key)
+            fresh = {
+                (p["metadata"]["namespace"], p["metadata"]["name"]): p
+                for p in (virtual_pods(key[0], obj, scheduler) if obj is not None else [])
+            }
+            old = self._virtual_of.pop(key, set())
+            for gone in old:
+                self.virtual.pop(gone, None)
+            if fresh:
+                self.virtual.update(fresh)
+                self._virtual_of[key] = set(fresh)
+            self._pods |= old | set(fresh)
+
+    def _obj(self, key: Key) -> dict[str, Any] | None:
+        return self.watches.pods.items.get(key) or self.virtual.get(key)
 
     def _assumed_node(self, uid: str) -> str | None:
         sent = self.assumed.get(uid)
@@ -243,8 +281,7 @@ class KubeSource:
             self._profile(old, -1)
 
     def _add_gang(self, gid: str, members: Mapping[Key, Lineage], ctx: GangContext, now: float) -> None:
-        items = self.watches.pods.items
-        gang = gang_of(((items[k], lin) for k, lin in members.items()), ctx)
+        gang = gang_of(((self._pod_or_virtual(k), lin) for k, lin in members.items()), ctx)
         self._submitter_to_held_room(gang, now)
         if gang.problem:
             self.problems[gid] = gang
@@ -256,6 +293,11 @@ class KubeSource:
         self._job_keys[gid] = (gang.created_at, gid)
         self._jobs[(gang.created_at, gid)] = job
         self._jobs_moved = True
+
+    def _pod_or_virtual(self, key: Key) -> dict[str, Any]:
+        found = self._obj(key)
+        assert found is not None  # indexed members are live pods or virtual ones
+        return found
 
     def _submitter_to_held_room(self, gang: Gang, now: float) -> None:
         """A RayJob's submitter pod that appeared where room was held for it goes there,
@@ -396,4 +438,5 @@ class KubeSource:
             self.default_queue,
             self._assumed_nodes(),
             self.placeholders,
+            list(self.virtual.values()),
         )

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Builds the real Kubernetes components the tests and `kai-ray bench k8s` run, from their
 # Go modules through the Go module proxy, once per machine: a current kube-apiserver, the
-# etcd it supports, and KubeRay's operator (with its CRDs, from the same module). Cached
-# under ~/.cache/kai-ray, keyed by version; prints one line per component:
-#   kube-apiserver PATH / etcd PATH / kuberay-operator PATH / kuberay-crds DIR
+# etcd it supports, kube-controller-manager (its garbage collector and Job controller run
+# in the tests that need them), and KubeRay's operator (with its CRDs, from the same
+# module). Cached under ~/.cache/kai-ray, keyed by version; prints one line per component:
+#   kube-apiserver PATH / kube-controller-manager PATH / etcd PATH / kuberay-operator PATH /
+#   kuberay-crds DIR
 # Needs Go (1.24 or newer) on PATH. Cold on 2 cores: about 15 minutes, most of it the
 # API server; warm: a second.
 set -euo pipefail
@@ -22,12 +24,12 @@ module() {  # module DIR NAME: a throwaway module to build in
   rm -rf "$1"; mkdir -p "$1"; (cd "$1" && go mod init "$2" >/dev/null 2>&1)
 }
 
-apiserver() {
-  local out="$CACHE/kube-apiserver-v$KUBERNETES"
+kubernetes() {  # kubernetes COMMAND: kube-apiserver or kube-controller-manager
+  local cmd=$1 out="$CACHE/$1-v$KUBERNETES"
   if [ ! -x "$out" ]; then
-    echo "building kube-apiserver v$KUBERNETES (once per machine, ~12 minutes on 2 cores) ..." >&2
-    local dir="$CACHE/build-apiserver" minor="0.${KUBERNETES#1.}"
-    module "$dir" kai-ray.local/apiserver
+    echo "building $cmd v$KUBERNETES (once per machine; the first of the two ~4 minutes on 2 cores) ..." >&2
+    local dir="$CACHE/build-$cmd" minor="0.${KUBERNETES#1.}"
+    module "$dir" kai-ray.local/$cmd
     cd "$dir"
     # k8s.io/kubernetes replaces its staging modules with local paths; here each is the
     # published module of the same release.
@@ -36,17 +38,17 @@ apiserver() {
       | xargs sed -n 's#^\s*\(k8s.io/[a-z0-9-]*\) => ./staging.*#\1#p')
     for m in $staging; do go mod edit -replace "$m=$m@v$minor"; done
     go mod edit -require "k8s.io/kubernetes@v$KUBERNETES"
-    printf 'package main\n\nimport _ "k8s.io/kubernetes/cmd/kube-apiserver/app"\n\nfunc main() {}\n' > tools.go
+    printf 'package main\n\nimport _ "k8s.io/kubernetes/cmd/%s/app"\n\nfunc main() {}\n' "$cmd" > tools.go
     go mod tidy >&2
     local v="k8s.io/component-base/version"
     go build -trimpath -o "$out.tmp" -ldflags "-s -w -X $v.gitVersion=v$KUBERNETES -X $v.gitMajor=1 \
       -X $v.gitMinor=${KUBERNETES#1.} -X $v.gitTreeState=clean -X k8s.io/client-go/pkg/version.gitVersion=v$KUBERNETES" \
-      k8s.io/kubernetes/cmd/kube-apiserver >&2
+      "k8s.io/kubernetes/cmd/$cmd" >&2
     mv "$out.tmp" "$out"
     cd - >/dev/null
     rm -rf "$dir"
   fi
-  echo "kube-apiserver $out"
+  echo "$cmd $out"
 }
 
 etcd() {
@@ -87,9 +89,10 @@ kuberay() {
 }
 
 case "${1:-all}" in
-  apiserver) apiserver ;;
+  apiserver) kubernetes kube-apiserver ;;
+  controller-manager) kubernetes kube-controller-manager ;;
   etcd) etcd ;;
   kuberay) kuberay ;;
-  all) etcd; kuberay; apiserver ;;
-  *) echo "usage: build-components.sh [apiserver|etcd|kuberay|all]" >&2; exit 2 ;;
+  all) etcd; kuberay; kubernetes kube-apiserver; kubernetes kube-controller-manager ;;
+  *) echo "usage: build-components.sh [apiserver|controller-manager|etcd|kuberay|all]" >&2; exit 2 ;;
 esac

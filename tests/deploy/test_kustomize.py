@@ -153,8 +153,8 @@ def test_apply_the_base_and_schedule_with_its_account(rbac_cluster: K8sEnv, tmp_
     # here) and the account's token, nothing more.
     flags = [a for a in operator_argv(deployment)[2:] if not a.startswith("--dashboard")]
     k8s.node("n0", gpus=4)
-    k8s.start_fakes()
-    assert k8s.kuberay is not None and k8s.kuberay.scheduler_name == "kai-scheduler"  # KubeRay's values
+    values = yaml.safe_load((OPERATORS / "kuberay" / "values.yaml").read_text())
+    k8s.start_fakes(batch_scheduler=values["batchScheduler"]["name"])  # KubeRay as its values set it
     k8s.start_operator(*flags, "--dashboard=off", kubeconfig=sa)
     k8s.create(
         f"/apis/ray.io/v1/namespaces/{NS}/rayclusters", raycluster("rc", group("gpu", replicas=2, gpus=1))

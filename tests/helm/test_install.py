@@ -68,6 +68,8 @@ NEEDED = [
     ("list", "queues.kai-ray.io"),
     ("patch", "queues.kai-ray.io/status"),
     ("list", "rayclusters.ray.io"),
+    ("patch", "rayclusters.ray.io"),
+    ("patch", "rayjobs.ray.io"),
     ("watch", "priorityclasses"),
 ]
 NOT_NEEDED = [
@@ -77,6 +79,8 @@ NOT_NEEDED = [
     ("delete", "pods"),
     ("delete", "nodes"),
     ("create", "queues.kai-ray.io"),
+    ("patch", "rayservices.ray.io"),
+    ("delete", "rayclusters.ray.io"),
     ("*", "*"),
     ("create", "clusterrolebindings"),
 ]

@@ -22,6 +22,7 @@ import yaml
 from kai_ray.k8s.client import ApiError, Kube, load_kubeconfig
 from kai_ray.k8s.install import install_crds
 from kai_ray.testing.apiserver import ApiServer
+from kai_ray.testing.controllers import start_controller_manager
 from kai_ray.testing.fakes import CRD_STAND_INS, FakeKubelet, KubeRayStandIn, make_node
 from kai_ray.testing.kuberay import kuberay_crds, start_kuberay
 
@@ -43,6 +44,7 @@ class K8sEnv:
         self._fakes: list[asyncio.Future[Any]] = []
         self.kuberay: KubeRayStandIn | None = None
         self.kuberay_operator: subprocess.Popen[bytes] | None = None
+        self.controller_manager: subprocess.Popen[bytes] | None = None
 
     # ------------------------------------------------------------ plumbing
 
@@ -51,9 +53,10 @@ class K8sEnv:
 
     def close(self) -> None:
         self.stop_operator()
-        if self.kuberay_operator is not None:
-            self.kuberay_operator.terminate()
-            self.kuberay_operator.wait(timeout=10)
+        for process in (self.kuberay_operator, self.controller_manager):
+            if process is not None:
+                process.terminate()
+                process.wait(timeout=10)
         for f in self._fakes:
             f.cancel()
         self.run(self.kube.close())
@@ -69,19 +72,41 @@ class K8sEnv:
             crds += list(yaml.safe_load_all((CRDS / "kai-queue.yaml").read_text()))
         for crd in crds:
             self.run(self.kube.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd))
-        time.sleep(0.5)  # established in well under that on this server
+        for crd in crds:
+            self.wait_for(f"CRD {crd['metadata']['name']} served", lambda crd=crd: self._served(crd))
 
-    def start_fakes(self, kuberay: bool | str = True) -> None:
+    def _served(self, crd: dict[str, Any]) -> bool:
+        """Established, and its objects' path answers (a new resource's storage starts a
+        moment after the condition says so)."""
+        name = crd["metadata"]["name"]
+        got = self.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+        conditions = (got.get("status") or {}).get("conditions") or []
+        if not any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
+            return False
+        spec = crd["spec"]
+        version = next(v["name"] for v in spec["versions"] if v.get("served", True))
+        return self.run(self.kube.exists(f"/apis/{spec['group']}/{version}/{spec['names']['plural']}"))
+
+    def start_controllers(self) -> None:
+        """Kubernetes' garbage collector and Job controller (kube-controller-manager)."""
+        log = Path(self.api.dir) / "controller-manager.log"
+        self.controller_manager = start_controller_manager(self.api.kubeconfig, log)
+
+    def start_fakes(self, kuberay: bool | str = True, batch_scheduler: str | None = "kai-scheduler") -> None:
         """The fake kubelet, and KubeRay: its real operator (True), with its batch
-        scheduler set to kai-scheduler as KubeRay's users set it, or the stand-in
-        ("stand-in"), for the flows the real one cannot run here (see KubeRayStandIn)."""
+        scheduler set to kai-scheduler as KubeRay's users set it (None: unset, as for
+        RayJobs, which KubeRay v1.5's kai-scheduler plugin refuses: their templates name
+        the scheduler themselves), or the stand-in ("stand-in"), for the flows the real
+        one cannot run here (see KubeRayStandIn)."""
         kubelet = FakeKubelet(self.kube)
         self._fakes.append(asyncio.run_coroutine_threadsafe(kubelet.run(), self.loop))
         if kuberay == "stand-in":
             self.kuberay = KubeRayStandIn(self.kube)
             self._fakes.append(asyncio.run_coroutine_threadsafe(self.kuberay.run(), self.loop))
         elif kuberay:
-            self.kuberay_operator = start_kuberay(self.api.kubeconfig, Path(self.api.dir) / "kuberay.log")
+            self.kuberay_operator = start_kuberay(
+                self.api.kubeconfig, Path(self.api.dir) / "kuberay.log", batch_scheduler=batch_scheduler
+            )
 
     def start_operator(self, *args: str, kubeconfig: str | None = None) -> None:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from kai_ray.k8s.client import gather_limited
+from kai_ray.k8s.suspension import SUSPENDED_BY
 from tests.k8s.env import NS, K8sEnv, bound, cluster_spec, group
 
 pytestmark = pytest.mark.k8s
@@ -121,7 +122,7 @@ def test_operator_killed_while_binding_leaves_no_partial_gang(k8s: K8sEnv) -> No
     assert _partial(k8s.pods()) == []
 
 
-def test_a_partly_bound_gang_that_no_longer_fits_is_evicted_whole(k8s: K8sEnv, tmp_path: Path) -> None:
+def test_a_partly_bound_gang_that_no_longer_fits_is_suspended_whole(k8s: K8sEnv, tmp_path: Path) -> None:
     """As a crash can leave it: half a gang bound, and the room for the rest taken since."""
     k8s.node("n0", gpus=4)
     k8s.queue("default-parent-queue", gpu=-1)
@@ -161,13 +162,14 @@ def test_a_partly_bound_gang_that_no_longer_fits_is_evicted_whole(k8s: K8sEnv, t
     config.write_text("staleGangGracePeriod: 2s\n")
     k8s.start_fakes(kuberay=False)
     k8s.start_operator("--config", str(config))
-    k8s.wait_for(
-        "the half gang evicted",
+    # A RayCluster is stopped the way KubeRay expects: suspended (KubeRay, not run here,
+    # then deletes its pods and makes none until kai-ray resumes it).
+    half = k8s.wait_for(
+        "the half gang suspended",
         lambda: (
-            not bound(
-                [p for p in k8s.pods("ray.io/cluster=half") if not p["metadata"].get("deletionTimestamp")]
-            )
+            (o := k8s.get(f"/apis/ray.io/v1/namespaces/{NS}/rayclusters/half"))["spec"].get("suspend") and o
         ),
         timeout=60,
     )
+    assert "stale" in half["metadata"]["annotations"][SUSPENDED_BY].lower()
     assert any(e["reason"] == "StaleGang" for e in k8s.get(f"/api/v1/namespaces/{NS}/events")["items"])
