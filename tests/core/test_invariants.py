@@ -443,7 +443,6 @@ def test_skipping_searches_that_already_failed_changes_no_decision(snap: Cluster
     skipping = run_cycle(snap, SchedulerConfig(), 0.0)
     searching = run_cycle(snap, SchedulerConfig(skip_failed_searches=False), 0.0)
     assert skipping.decisions == searching.decisions
-    assert skipping.waiting == searching.waiting  # a skipped job reads what its search would say
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

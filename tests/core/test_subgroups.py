@@ -69,6 +69,19 @@ def test_the_missing_subgroup_of_a_running_cluster_is_named() -> None:
     assert result.waiting["ray"].text.startswith("subgroup b: "), result.waiting["ray"].text
 
 
+def test_look_alikes_split_otherwise_are_told_their_own_subgroup() -> None:
+    """Two gangs of the same three tasks, split into subgroups another way: a failed
+    search is not taken for the other's (its key holds the split), so each reason names
+    the subgroup of its own that does not fit."""
+    first = JobInfo("first", "q", [task("f0", "x", ONE), task("f1", "y", ONE), task("f2", "y", ONE)])
+    first.subgroups = {"x": 1, "y": 2}
+    second = JobInfo("second", "q", [task("s0", "y", ONE), task("s1", "x", ONE), task("s2", "x", ONE)])
+    second.subgroups = {"y": 1, "x": 2}
+    result = run_cycle(snapshot(first, second, gpus=2), SchedulerConfig(actions=("allocate",)), 0.0)
+    assert result.waiting["first"].text.startswith("subgroup y "), result.waiting["first"].text
+    assert result.waiting["second"].text.startswith("subgroup x "), result.waiting["second"].text
+
+
 def test_a_subgroup_too_few_tasks_are_left_for_is_named() -> None:
     workers = [task("a0", "a", ONE), task("b0", "b", ONE), task("b1", "b", ONE, "Failed")]
     result = run_cycle(snapshot(ray_cluster(*workers)), SchedulerConfig(), 0.0)
