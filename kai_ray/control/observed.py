@@ -23,6 +23,7 @@ from kai_ray.control.planner import Plan
 from kai_ray.control.views import Holding, WorkloadView
 from kai_ray.control.workload import State
 from kai_ray.core import ClusterSnapshot, CycleResult, JobInfo, NodeInfo, Reason, TaskStatus
+from kai_ray.core.subgroups import info_shortfall
 
 __all__ = ["Facts", "ObservedLifecycle", "observed_state"]
 
@@ -40,7 +41,7 @@ def observed_state(job: JobInfo) -> State:
     if any(t.status is TaskStatus.RELEASING for t in job.tasks):
         return State.PREEMPTING
     active = sum(1 for t in job.tasks if t.status.is_active)
-    if active and active >= job.gang_size:
+    if active and not info_shortfall(job):  # every subgroup at its minimum, where it has them
         return State.RUNNING
     return State.ADMITTING if active else State.QUEUED
 

@@ -13,6 +13,7 @@ from kai_ray.core.failedsearches import FailedSearches, search_key
 from kai_ray.core.model import Reason
 from kai_ray.core.reasons import explain_unplaced
 from kai_ray.core.settling import SureToFail
+from kai_ray.core.subgroups import tally
 from kai_ray.core.words import agree, count
 
 __all__ = ["allocate", "allocate_step"]
@@ -61,18 +62,12 @@ def allocate_step(ctx: CycleContext, job: Job, action: str, failed: FailedSearch
     """One step for the job: its missing gang, all or nothing; or, once the gang is whole,
     one surplus task. True when something was placed."""
     pending = job.pending()
-    missing = job.gang - job.active()
-    if missing > len(pending):
-        left = job.active() + len(pending)
-        text = (
-            f"gang needs {count(job.gang, 'task')} but only {left} {agree(left, 'exists', 'exist')} "
-            "(some failed or finished); it cannot start whole"
-        )
-        ctx.stmt.set_reason(job.name, Reason("gang-incomplete", text))
+    if job.incomplete():
+        ctx.stmt.set_reason(job.name, Reason("gang-incomplete", _incomplete_words(job, pending)))
         return False
     pipelined_before = ctx.stmt.pipelined
-    if missing > 0:
-        placed = pending[:missing]
+    if not job.is_whole():
+        placed = job.missing()
         if not _place_gang(ctx, job, placed, action, failed):
             return False
     else:
@@ -84,6 +79,24 @@ def allocate_step(ctx: CycleContext, job: Job, action: str, failed: FailedSearch
     if len(placed) == len(pending):
         ctx.stmt.clear_reason(job.name)
     return True
+
+
+def _incomplete_words(job: Job, pending: list[Task]) -> str:
+    """Which part of the gang too few tasks are left for (the gang, or its subgroups)."""
+    if not job.info.subgroups:
+        left = job.active() + len(pending)
+        return (
+            f"gang needs {count(job.gang, 'task')} but only {left} {agree(left, 'exists', 'exist')} "
+            "(some failed or finished); it cannot start whole"
+        )
+    held, waiting = job.active_by_subgroup(), tally(t.info.subgroup for t in pending)
+    lacking = [name for name, n in job.short().items() if n > waiting.get(name, 0)]
+    parts = []
+    for name in lacking:
+        left = held.get(name, 0) + waiting.get(name, 0)
+        least = count(job.info.subgroups[name], "task")
+        parts.append(f"subgroup {name} needs {least} but only {left} {agree(left, 'exists', 'exist')}")
+    return f"{'; '.join(parts)} (some failed or finished); the gang cannot start whole"
 
 
 def _place_gang(
@@ -103,10 +116,36 @@ def _place_gang(
     if ctx.placer.place_gang(ctx.stmt, job, gang, action):
         return True
     reason = explain_unplaced(ctx.placer, gang)
+    if job.info.subgroups:
+        reason = _naming_the_subgroup(ctx, job, gang, action, reason)
     ctx.stmt.set_reason(job.name, reason)
     if failed is not None:
         failed.add(key, reason)
     return False
+
+
+def _naming_the_subgroup(
+    ctx: CycleContext, job: Job, gang: list[Task], action: str, reason: Reason
+) -> Reason:
+    """The reason of a gang with subgroups that did not fit, naming the first subgroup
+    (in task order) that does not fit beside the ones before it: each placed in turn,
+    then all taken back. A reason about the job as a whole (its node selector) is kept."""
+    if reason.code == "node-selector":
+        return reason
+    parts: dict[str, list[Task]] = {}
+    for t in gang:
+        parts.setdefault(t.info.subgroup, []).append(t)
+    if len(parts) == 1:
+        return Reason(reason.code, f"subgroup {next(iter(parts))}: {reason.text}")
+    stmt = ctx.stmt
+    start = stmt.checkpoint()
+    for name, part in parts.items():
+        if not ctx.placer.place_gang(stmt, job, part, action):
+            why = explain_unplaced(ctx.placer, part)  # with the subgroups before it placed
+            stmt.rollback(start)
+            return Reason(why.code, f"subgroup {name} does not fit beside the rest of its gang: {why.text}")
+    stmt.rollback(start)  # each fits in turn, not all at once (a topology domain): the gang's words
+    return reason
 
 
 def _place_surplus(ctx: CycleContext, job: Job, surplus: list[Task], action: str) -> list[Task]:

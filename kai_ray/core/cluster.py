@@ -20,6 +20,7 @@ import numpy.typing as npt
 from kai_ray.core.gpushare import device_share, fixed_share, shares_device, whole_devices
 from kai_ray.core.model import JobInfo, NodeInfo, Request, TaskInfo, TaskStatus
 from kai_ray.core.queues import QueueTree
+from kai_ray.core.subgroups import WHOLE, pick, shortfall, surplus, tally
 
 __all__ = [
     "ClusterState",
@@ -187,10 +188,26 @@ class Job:
 
     @property
     def gang(self) -> int:
+        """How many tasks its gang holds at least (with subgroups: every minimum's sum)."""
         return self.info.gang_size
 
     def active(self) -> int:
         return self.active_count
+
+    # The gang's rule is subgroups.shortfall; these read it off the working state. A job
+    # without subgroups answers from its counters alone (no pass over its tasks).
+
+    def short(self) -> dict[str, int]:
+        """What its active tasks lack of its gang, per subgroup; {} once whole."""
+        return shortfall(self.info, self.active_count, self.active_by_subgroup)
+
+    def is_whole(self) -> bool:
+        if not self.info.subgroups:
+            return self.active_count >= self.info.gang_size
+        return not self.short()
+
+    def active_by_subgroup(self) -> dict[str, int]:
+        return tally(t.info.subgroup for t in self.tasks if t.status.is_active)
 
     def pending(self) -> list[Task]:
         n = self.pending_count
@@ -206,8 +223,48 @@ class Job:
         return min((t.since for t in self.tasks if t.status is TaskStatus.RUNNING), default=0.0)
 
     def missing(self) -> list[Task]:
-        """The pending tasks its gang still misses (fewer when fewer are pending)."""
-        return self.pending()[: max(0, self.gang - self.active_count)]
+        """The pending tasks its gang still misses, each subgroup's first ones (fewer
+        when fewer are pending)."""
+        if not self.info.subgroups:
+            return self.pending()[: max(0, self.gang - self.active_count)]
+        return pick(self.info, self.short(), self.pending(), _subgroup)
+
+    def missing_count(self) -> int:
+        """len(missing())."""
+        if not self.info.subgroups:
+            return min(self.pending_count, max(0, self.gang - self.active_count))
+        return len(self.missing())
+
+    def incomplete(self) -> bool:
+        """Too few of its tasks are left (some failed or finished) for its gang: a
+        subgroup lacks more than it has pending. It can never start whole."""
+        if not self.info.subgroups:
+            return self.gang - self.active_count > self.pending_count
+        have = tally(t.info.subgroup for t in self.tasks if t.status is TaskStatus.PENDING)
+        return any(n > have.get(name, 0) for name, n in self.short().items())
+
+    def surplus_of(self, running: Sequence[Task]) -> list[Task]:
+        """Of its `running` tasks, those that may be taken one at a time, the rest of
+        the gang still whole: as many as each subgroup's active tasks go beyond its
+        minimum, its last ones; none while the gang is short (it then goes whole).
+        Last task first."""
+        if not self.is_whole():
+            return []
+        extra = surplus(self.info, self.active_count, self.active_by_subgroup)
+        if not extra:
+            return []
+        last_first = sorted(running, key=_last_first)
+        if not self.info.subgroups:
+            return last_first[: extra[WHOLE]]
+        return pick(self.info, extra, last_first, _subgroup)
+
+
+def _subgroup(task: Task) -> str:
+    return task.info.subgroup
+
+
+def _last_first(task: Task) -> int:
+    return -task.index
 
 
 @dataclass(slots=True)

@@ -22,18 +22,18 @@ def consolidate(ctx: CycleContext) -> None:
     if "spread" in (ctx.config.gpu_placement, ctx.config.cpu_placement):
         return  # consolidation packs; it would undo a spread placement
     failed = FailedSearches(ctx.config.skip_failed_searches)
-    # A gang too few tasks are left for is still tried here: incomplete_fails=False.
     each_waiting_gang(
         ctx,
         "consolidation",
         failed,
         lambda job: _step(ctx, job, failed),
-        incomplete_fails=False,
         idle=lambda job, key: True,  # a failed key: no search, no reason (see _step)
     )
 
 
 def _step(ctx: CycleContext, job: Job, failed: FailedSearches) -> None:
+    if job.incomplete():
+        return  # too few tasks are left for its gang (or a subgroup's): it never starts part-way
     gang = job.missing()
     if gang and ctx.policy.may_be_victim(job):
         # The key first: summing the free room over ten thousand nodes for each of a

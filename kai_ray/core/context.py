@@ -62,7 +62,7 @@ class CycleContext:
     def waiting_gangs(self) -> JobQueues:
         """Jobs whose gang is still incomplete, in policy order (the actions that evict)."""
         jobs = self.state.maybe_pending()
-        return self.job_queues([j for j in jobs if j.active_count < j.gang and j.pending()])
+        return self.job_queues([j for j in jobs if j.pending_count and not j.is_whole()])
 
     def forget(self, job: Job) -> None:
         self._next_amount.pop(id(job), None)

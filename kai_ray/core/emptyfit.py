@@ -20,8 +20,9 @@ import numpy as np
 
 from kai_ray.core.cluster import EPS, BoolArray, FloatArray, Nodes, node_demand
 from kai_ray.core.gpushare import device_shares
-from kai_ray.core.model import JobInfo, NodeInfo, Request, TaskStatus
+from kai_ray.core.model import JobInfo, NodeInfo, Request
 from kai_ray.core.nodesets import Domains, domain_ids, selector_mask
+from kai_ray.core.subgroups import gang_tasks
 from kai_ray.core.words import count, gang_words, level_noun
 
 __all__ = ["NEVER_FITS", "EmptyRoom", "empty_room", "gang_never_fits", "gang_problem", "room_when_empty"]
@@ -67,7 +68,8 @@ def gang_never_fits(nodes: Sequence[NodeInfo], job: JobInfo) -> str | None:
 
     Honours the job's node selector, unschedulable nodes, required spreading, a
     required topology level and fractional GPUs. The gang is the job's active tasks plus
-    its first pending ones up to `gang_size` (for a new job: its first gang_size tasks).
+    its first pending ones up to `gang_size` (for a new job: its first gang_size tasks;
+    with subgroups, each subgroup's first ones up to its minimum: subgroups.gang_tasks).
     For a backend to refuse a job at submit; the scheduler's pending reason says the same.
     """
     gang = _gang_requests(job)
@@ -147,9 +149,7 @@ def _arrays(nodes: Sequence[NodeInfo], requests: Sequence[Request]) -> Nodes:
 
 
 def _gang_requests(job: JobInfo) -> list[Request]:
-    active = [t.request for t in job.tasks if t.status.is_active]
-    pending = [t.request for t in job.tasks if t.status is TaskStatus.PENDING]
-    return active + pending[: max(0, job.gang_size - len(active))]
+    return [t.request for t in gang_tasks(job)]
 
 
 def _never_fits_words(size: int, alike: int, request: Request, room: EmptyRoom, job: JobInfo) -> str:

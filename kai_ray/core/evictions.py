@@ -31,6 +31,7 @@ from kai_ray.core.failedsearches import FailedSearches, FailureKey, search_key
 from kai_ray.core.hooks import ReclaimSides
 from kai_ray.core.model import Reason, TaskStatus
 from kai_ray.core.settling import each_waiting_gang
+from kai_ray.core.subgroups import short_words
 from kai_ray.core.victims import (
     Allowed,
     EvictReason,
@@ -85,7 +86,7 @@ class _Candidates:
 def make_room(ctx: CycleContext, job: Job, search: VictimSearch, failed: FailedSearches) -> bool:
     """Place the job's missing gang, evicting what the search allows; all or nothing."""
     gang = job.missing()
-    if not gang or len(gang) < job.gang - job.active_count:
+    if not gang or job.incomplete():
         return False
     key = search_key(job, gang, search.action)
     if failed.known(key):
@@ -355,23 +356,32 @@ def _may_take(ctx: CycleContext, mine: int, theirs: int, my_after: np.ndarray) -
 
 
 def stale_gang_eviction(ctx: CycleContext) -> None:
-    """A gang that kept fewer than minMember active tasks for the grace period is evicted
-    whole: holding part of a gang blocks others and cannot make progress."""
+    """A gang that kept fewer than minMember active tasks (with subgroups: any subgroup
+    below its minimum) for the grace period is evicted whole: holding part of a gang
+    blocks others and cannot make progress."""
     grace = ctx.config.stale_gang_grace_period
     if grace < 0:
         return
     for job in ctx.state.jobs:
         active = job.active_count
-        if active == 0 or active >= job.gang:
+        if active == 0 or job.is_whole():  # with subgroups: stale when any is below its minimum
             continue
         if any(t.status is TaskStatus.SUCCEEDED for t in job.tasks):
             continue
         since = _stale_since(ctx, job)
         if ctx.now - since < grace:
             continue
-        reason = f"gang below minMember ({active} of {count(job.gang, 'task')}) for {ctx.now - since:g}s"
+        reason = f"{_below(job)} for {ctx.now - since:g}s"
         for t in job.running():
             ctx.stmt.evict(t, "stalegangeviction", reason)
+
+
+def _below(job: Job) -> str:
+    if not job.info.subgroups:
+        return f"gang below minMember ({job.active_count} of {count(job.gang, 'task')})"
+    return (
+        f"gang below its subgroups' minimums ({short_words(job.info, job.short(), job.active_by_subgroup())})"
+    )
 
 
 def _stale_since(ctx: CycleContext, job: Job) -> float:

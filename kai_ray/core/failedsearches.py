@@ -55,8 +55,9 @@ def search_key(
 ) -> FailureKey:
     """Every input of placing `tasks` (what the job still misses of its gang) for `job`
     in `action`, besides the cycle's state: the requests and their number, the gang (its
-    minMember; a job whose gang is all its tasks places exactly that many), the node
-    selector, the topology constraint, the spreading, and the action's own inputs.
+    minMember; a job whose gang is all its tasks places exactly that many; with
+    subgroups, their minimums and each task's subgroup), the node selector, the
+    topology constraint, the spreading, and the action's own inputs.
     A job with active tasks is keyed by itself: where they run shapes the search (its
     topology domain, its spread, its own tasks never being its victims).
     `tasks` may be a callable returning them, with `n` their number: then a key kept
@@ -84,7 +85,17 @@ def _search_key(job: Job, tasks: Sequence[Task], action: str) -> FailureKey:
         shapes = ("mixed", *(id(t.demand) for t in tasks))
     info = job.info
     own = id(job) if job.active_count else 0
-    placement = (shapes, info.min_member, job.active_count, own, job.selector, info.topology, info.spread)
+    placement: FailureKey = (
+        shapes,
+        info.min_member,
+        job.active_count,
+        own,
+        job.selector,
+        info.topology,
+        info.spread,
+    )
+    if info.subgroups:  # a failure's reason names the subgroup that did not fit: which is which
+        placement += (tuple(info.subgroups.items()), tuple(t.info.subgroup for t in tasks))
     return (*placement, *_VICTIM_INPUTS[action](job))
 
 

@@ -170,6 +170,9 @@ class TaskInfo:
     node: str | None = None
     gpu_group: int | None = None  # device index on its node, for fractional tasks
     since: float = 0.0  # absolute time the task entered its status
+    # The subgroup of its job it belongs to (JobInfo.subgroups); "" for none. Read only
+    # when its job has subgroups: a task of a subgroup the job does not list is surplus.
+    subgroup: str = ""
 
 
 # JobInfo.spread: none, one task per node when possible, one task per node or wait.
@@ -178,7 +181,11 @@ SPREAD_MODES = ("", "preferred", "required")
 
 @dataclass(slots=True)
 class JobInfo:
-    """A workload: a gang of tasks admitted all together (minMember), plus elastic surplus."""
+    """A workload: a gang of tasks admitted all together (minMember), plus elastic surplus.
+
+    With `subgroups` (KAI's PodGroup subGroups: name -> minimum), the gang is every
+    subgroup's minimum of its own tasks (TaskInfo.subgroup), and `min_member` is not
+    read: the rule is kai_ray/core/subgroups.py. Empty: one gang of gang_size tasks."""
 
     name: str
     queue: str
@@ -193,9 +200,13 @@ class JobInfo:
     # One task per node: "preferred" (best effort, like Ray's SPREAD) or "required"
     # (like STRICT_SPREAD: a task that finds no node of its own waits); "" for none.
     spread: str = ""
+    subgroups: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def gang_size(self) -> int:
+        """How many tasks the gang holds at least (with subgroups: their minimums' sum)."""
+        if self.subgroups:
+            return sum(self.subgroups.values())
         return self.min_member if self.min_member > 0 else len(self.tasks)
 
 

@@ -61,21 +61,26 @@ def job_order_key(job: Job) -> tuple[int, int, float, int]:
     jobs beyond it (KAI's elastic plugin: an elastic job goes back in line after each
     surplus task, so elastic jobs of a queue share what is free); older first."""
     info, active = job.info, job.active_count
-    gang = info.min_member if info.min_member > 0 else len(job.tasks)  # job.gang, inlined: hot
-    elastic = 0 if active < gang else (1 if active == gang else 2)
+    if info.subgroups:  # short while any subgroup is below its minimum (Job.is_whole)
+        gang = info.gang_size
+        elastic = 0 if not job.is_whole() else (1 if active == gang else 2)
+    else:
+        gang = info.min_member if info.min_member > 0 else len(job.tasks)  # job.gang, inlined: hot
+        elastic = 0 if active < gang else (1 if active == gang else 2)
     return (-info.priority, elastic, info.created_at, job.order)
 
 
 def allocate_count(job: Job) -> int:
     """How many tasks the job's next step asks for: the gang's missing tasks, or the next
     surplus task of an elastic job already whole (fewer when fewer are pending)."""
-    need = job.gang - job.active()
-    return min(job.pending_count, need if need > 0 else 1)
+    if job.is_whole():
+        return min(job.pending_count, 1)
+    return job.missing_count()
 
 
 def tasks_to_allocate(job: Job) -> list[Task]:
     """The tasks of the job's next step (see allocate_count)."""
-    return job.pending()[: allocate_count(job)]
+    return job.pending()[:1] if job.is_whole() else job.missing()
 
 
 def dominant_share(amount: Sequence[float], allocatable: Sequence[float], total: Sequence[float]) -> float:

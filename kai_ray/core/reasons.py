@@ -38,7 +38,7 @@ def explain_unplaced(placer: Placer, tasks: Sequence[Task]) -> Reason:
             return Reason("node-selector", f"no schedulable node matches nodeSelector {wanted}")
         return Reason("node-selector", "no schedulable node in the cluster")
     task = tasks[0]
-    if job.active() < job.gang:  # `tasks` are what the gang misses: could it ever start?
+    if not job.is_whole():  # `tasks` are what the gang misses: could it ever start?
         problem = _gang_never_fits(placer, job, tasks, mask)
         if problem:
             return Reason("gang-too-big", problem)

@@ -105,12 +105,10 @@ class SureToFail:
 
     def add(self, job: Job) -> None:
         """The job joined the line."""
-        missing, pending = job.gang - job.active_count, job.pending_count
-        if missing > pending and self.incomplete_fails:
+        if self.incomplete_fails and job.incomplete():
             self.incomplete[id(job)] = job
             return
-        n = missing if missing <= pending else pending
-        key = search_key(job, job.missing, self.action, n) if missing > 0 else None
+        key = None if job.is_whole() else search_key(job, job.missing, self.action, job.missing_count())
         self.keys[id(job)] = key
         groups = self.capped if self.is_capped is not None and self.is_capped(job) else self.groups
         group = groups.get(key)

@@ -45,19 +45,21 @@ EvictReason = Callable[[Unit], str]
 
 def victim_units(jobs: Sequence[Job], order: Callable[[Unit], Any]) -> list[Unit]:
     """Eviction units of running jobs (a gang, or one elastic surplus task, last task
-    first), sorted by the policy's victim order. A task still reported running on a node
-    that left the cluster holds nothing here: evicting it would free nothing."""
+    first; surplus: Job.surplus_of), sorted by the policy's victim order. A task still
+    reported running on a node that left the cluster holds nothing here: evicting it
+    would free nothing."""
     units: list[Unit] = []
     running_status = TaskStatus.RUNNING
     for job in jobs:
         running = [t for t in job.tasks if t.status is running_status and t.node >= 0]
         if not running:
             continue
-        surplus = job.active_count - job.gang
-        if surplus <= 0:
+        # Surplus beyond each subgroup's minimum goes one task at a time; the rest of
+        # the gang only as a whole (taking part of it would break the gang).
+        extra = job.surplus_of(running)
+        if not extra:
             units.append(Unit(job, tuple(running), False))
             continue
-        extra = sorted(running, key=lambda t: -t.index)[:surplus]
         units.extend(Unit(job, (t,), True) for t in extra)
         rest = tuple(t for t in running if t not in extra)
         if rest:

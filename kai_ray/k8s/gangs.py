@@ -83,6 +83,10 @@ class Gang:
     min_member: int  # tasks that must run together (the placeholder submitter included)
     pods: list[dict[str, Any]]  # live pods: head, worker groups by name, submitter, others
     subgroups: dict[str, list[str]]  # "head", each worker group, "submitter" -> pod names
+    # Each subgroup's own minimum (KAI's PodGroup subGroups, as its podgrouper makes them
+    # for a Ray cluster), summing to min_member; empty where the owner has no Ray cluster
+    # spec to read them from (its min_member is then any pods).
+    subgroup_min: dict[str, int]
     topology: TopologyConstraint | None
     node_selector: dict[str, str]  # the items every pod of the gang shares
     created_at: float  # the top owner's creationTimestamp (its oldest pod's if unknown)
@@ -146,15 +150,21 @@ def _subgroups(group: _Group) -> dict[str, list[str]]:
     return out
 
 
-def _cluster_size(spec: Obj) -> int:
-    """1 (head) + each worker group's minReplicas (or replicas when 0 or unset) x numOfHosts."""
-    total = 1
+def _cluster_subgroups(spec: Obj) -> dict[str, int]:
+    """A Ray cluster's sub-gangs, as KAI's podgrouper makes them: "head" of 1, and each
+    worker group (by name, as its pods' ray.io/group label has it) of its minReplicas (or
+    replicas when 0 or unset) x numOfHosts. A group of none is left out (its pods, if any,
+    are surplus)."""
+    out = {"head": 1}
     for group in spec.get("workerGroupSpecs") or []:
         if group.get("suspend") is True:
             continue  # KubeRay creates no pods for a suspended group: none can join the gang
         replicas = as_count(group.get("minReplicas")) or as_count(group.get("replicas"))
-        total += replicas * max(1, as_count(group.get("numOfHosts"), 1))
-    return total
+        size = replicas * max(1, as_count(group.get("numOfHosts"), 1))
+        if size:
+            name = str(group.get("groupName") or "worker")
+            out[name] = out.get(name, 0) + size
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,24 +205,39 @@ def _submitter(group: _Group, ctx: GangContext, what: str) -> tuple[bool, Reques
     return True, spec_request(spec_of(template), annotations, f"{what} spec.submitterPodTemplate")
 
 
-def _min_member(group: _Group, submitter: bool, live: int) -> int:
+def _gang_size(group: _Group, submitter: bool, live: int) -> tuple[int, dict[str, int]]:
+    """(min_member, each subgroup's minimum: {} where no Ray cluster spec is known).
+    A RayJob's submitter that counts is a subgroup of 1 beside its cluster's."""
     top = group.lineage.top
     spec = spec_of(top.obj)
+    cluster: Obj | None = None
     if top.kind == "RayJob":
         if spec.get("clusterSelector"):
-            return 1  # runs on an existing cluster: only its submitter pod is its own
-        cluster = spec.get("rayClusterSpec")
-        if not isinstance(cluster, Mapping):  # none inline: the RayCluster the job made
-            cluster = spec_of(group.cluster())
-        return _cluster_size(cluster) + int(submitter)
-    if top.kind == "RayService":
-        return _cluster_size(spec_of(group.cluster()))
-    if top.kind == "RayCluster":
+            return 1, {}  # runs on an existing cluster: only its submitter pod is its own
+        inline = spec.get("rayClusterSpec")  # else the RayCluster the job made
+        cluster = inline if isinstance(inline, Mapping) else _known_spec(group.cluster())
+    elif top.kind == "RayService":
+        cluster = _known_spec(group.cluster())
+    elif top.kind == "RayCluster":
         # Without its spec the size is unknown: every pod present is part of the gang.
-        return _cluster_size(spec) if top.obj is not None else live
-    if top.kind == "Job":
-        return max(1, min(as_count(spec.get("parallelism"), 1), live))
-    return 1
+        cluster = _known_spec(top.obj)
+        if cluster is None:
+            return live, {}
+    elif top.kind == "Job":
+        return max(1, min(as_count(spec.get("parallelism"), 1), live)), {}
+    else:
+        return 1, {}
+    submitter = submitter and top.kind == "RayJob"
+    if cluster is None:  # a RayJob's or RayService's cluster not seen yet: its head, as before
+        return 1 + int(submitter), {}
+    subgroups = _cluster_subgroups(cluster)
+    if submitter:
+        subgroups["submitter"] = 1
+    return sum(subgroups.values()), subgroups
+
+
+def _known_spec(obj: Obj | None) -> Obj | None:
+    return spec_of(obj) if obj is not None else None
 
 
 def _find(objs: Iterable[Known], part: str, key: str) -> _Found | None:
@@ -308,6 +333,7 @@ def _gang(group: _Group, ctx: GangContext) -> Gang:
     if request_problem:
         problems.append(f"{what}: {request_problem}")
     created = epoch(top.obj) if top.obj is not None else min(epoch(p) for p in pods)
+    min_member, subgroup_min = _gang_size(group, counted, len(pods))
     return Gang(
         id=lineage.gang_id,
         namespace=namespace,
@@ -317,9 +343,10 @@ def _gang(group: _Group, ctx: GangContext) -> Gang:
         priority=priority.value,
         priority_class=class_name,
         preemptible=priority.preemptible,
-        min_member=_min_member(group, counted, len(pods)),
+        min_member=min_member,
         pods=pods,
         subgroups=_subgroups(group),
+        subgroup_min=subgroup_min,
         topology=topology,
         node_selector=_shared_selector(pods),
         created_at=created,

@@ -158,11 +158,17 @@ def gang_job(
 ) -> JobInfo:
     """The gang as the core's job. `tolerating`: some node is tainted, so the job's node
     selector names its tolerations profile."""
-    tasks = [_task(pod, assumed) for pod in gang.pods]
+    # Each pod in its subgroup (head, its worker group, submitter), read where the gang
+    # has subgroups: a pod of none (no Ray role) is surplus there.
+    role = {pod: name for name, pods in gang.subgroups.items() for pod in pods} if gang.subgroup_min else {}
+    tasks = [_task(pod, assumed, role.get(pod["metadata"]["name"], "")) for pod in gang.pods]
     if gang.submitter is not None:
         node = placeholders.get(gang.id)
         status = TaskStatus.RUNNING if node else TaskStatus.PENDING
-        tasks.append(TaskInfo(SUBMITTER_TASK, status, gang.submitter, node=node, since=gang.created_at))
+        sub = "submitter" if gang.subgroup_min else ""
+        tasks.append(
+            TaskInfo(SUBMITTER_TASK, status, gang.submitter, node=node, since=gang.created_at, subgroup=sub)
+        )
     selector = dict(gang.node_selector)
     if tolerating:
         selector[gang_profile(gang)[0]] = "true"
@@ -176,21 +182,23 @@ def gang_job(
         created_at=gang.created_at,
         topology=gang.topology,
         node_selector=selector,
+        subgroups=gang.subgroup_min,
     )
 
 
-def _task(pod: Mapping[str, Any], assumed: Mapping[str, str]) -> TaskInfo:
+def _task(pod: Mapping[str, Any], assumed: Mapping[str, str], subgroup: str) -> TaskInfo:
     meta, spec = pod["metadata"], pod.get("spec", {})
     request = pod_request(pod)
     node = spec.get("nodeName") or assumed.get(meta.get("uid", ""))
     group = (meta.get("annotations") or {}).get(GPU_GROUP_ANNOTATION)
     gpu_group = int(group) if group is not None and request.is_fractional else None
     if not node:
-        return TaskInfo(
-            meta["name"], TaskStatus.PENDING, request, since=timestamp(meta.get("creationTimestamp"))
-        )
+        since = timestamp(meta.get("creationTimestamp"))
+        return TaskInfo(meta["name"], TaskStatus.PENDING, request, since=since, subgroup=subgroup)
     status = TaskStatus.RELEASING if meta.get("deletionTimestamp") else TaskStatus.RUNNING
-    return TaskInfo(meta["name"], status, request, node=node, gpu_group=gpu_group, since=_started(pod))
+    return TaskInfo(
+        meta["name"], status, request, node=node, gpu_group=gpu_group, since=_started(pod), subgroup=subgroup
+    )
 
 
 def _started(pod: Mapping[str, Any]) -> float:

@@ -52,6 +52,8 @@ def build_job(spec: JobSpec, position: int, context: JobContext) -> JobInfo:
     _check_gpu(spec.gpu, f"{where}: gpu")
     field_of = _task_fields(spec.tasks, where)
     tasks = [_task(spec, task, i, field_of(i), context) for i, task in enumerate(_expand(spec.tasks))]
+    subgroups = _subgroups(spec, where)
+    _check_task_subgroups(spec, subgroups, field_of)
     return JobInfo(
         name=spec.name,
         queue=spec.queue,
@@ -63,7 +65,52 @@ def build_job(spec: JobSpec, position: int, context: JobContext) -> JobInfo:
         topology=_topology(spec.topology, context.topologies, where),
         node_selector=dict(spec.node_selector),
         stale_since=None if spec.stale_since is None else context.now + spec.stale_since,
+        subgroups=subgroups,
     )
+
+
+def _subgroups(spec: JobSpec, where: str) -> dict[str, int]:
+    """The job's subGroups as name -> minimum; with them, a minMember must be their sum
+    (the gang is the subgroups' minimums: a different total would say two things)."""
+    if spec.sub_groups is None:
+        return {}
+    field = f"{where}: subGroups"
+    if not spec.sub_groups:
+        raise ConfigError("lists no subgroup; list at least one, or remove subGroups:", field=field)
+    out: dict[str, int] = {}
+    for i, group in enumerate(spec.sub_groups):
+        if group.name in out:
+            raise ConfigError(
+                f"{group.name!r} is listed twice; give each subgroup its own name", field=f"{field}[{i}]"
+            )
+        out[group.name] = group.min_member
+    total = sum(out.values())
+    if spec.min_member is not None and spec.min_member != total:
+        raise ConfigError(
+            f"minMember {spec.min_member} is not the sum of the subGroups' minMember ({total}); "
+            "remove minMember (the subgroups make the gang) or make it their sum",
+            field=f"{where}: minMember",
+        )
+    return out
+
+
+def _check_task_subgroups(
+    spec: JobSpec, subgroups: Mapping[str, int], field_of: Callable[[int], str]
+) -> None:
+    """With subGroups, every task names one of them; without, none names any."""
+    for i, task in enumerate(_expand(spec.tasks)):
+        name = task.sub_group
+        if not subgroups and name is not None:
+            raise ConfigError(
+                f"the job lists no subGroups; add subGroups: with {name!r} or remove subGroup:",
+                field=f"{field_of(i)}.subGroup",
+            )
+        if subgroups and name not in subgroups:
+            said = "names no subgroup" if name is None else f"subgroup {name!r} is not one of the job's"
+            raise ConfigError(
+                f"{said}; give it subGroup: one of {listing(list(subgroups))}",
+                field=f"{field_of(i)}.subGroup",
+            )
 
 
 _BOTH_GPU = "gives both gpu and gpuMemory; ask for devices (gpu) or device memory (gpuMemory)"
@@ -101,6 +148,7 @@ def _task(job: JobSpec, spec: TaskSpec, index: int, field: str, context: JobCont
         node=spec.node,
         gpu_group=gpu_group,
         since=context.now + spec.since,
+        subgroup=spec.sub_group or "",
     )
 
 

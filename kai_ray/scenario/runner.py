@@ -40,6 +40,7 @@ from kai_ray.core.model import (
     TaskInfo,
     TaskStatus,
 )
+from kai_ray.core.subgroups import info_shortfall
 from kai_ray.scenario.expect import Mismatch, compare
 from kai_ray.scenario.loader import Scenario
 from kai_ray.scenario.symbols import GpuSymbols
@@ -225,16 +226,19 @@ def _advanced(task: TaskInfo, clock: float) -> TaskInfo:
 
 
 def _stale_since_ends(job: JobInfo) -> bool:
-    active = sum(t.status.is_active for t in job.tasks)
-    return job.stale_since is not None and not 0 < active < job.gang_size
+    return job.stale_since is not None and not _below_its_gang(job)
 
 
 def _refresh_stale_since(job: JobInfo) -> None:
     # A staleSince from the file describes the input; once the gang is whole again (or
     # gone), it no longer holds, and the core derives staleness from the tasks instead.
-    active = sum(t.status.is_active for t in job.tasks)
-    if job.stale_since is not None and not 0 < active < job.gang_size:
+    if job.stale_since is not None and not _below_its_gang(job):
         job.stale_since = None
+
+
+def _below_its_gang(job: JobInfo) -> bool:
+    """Some task active, the gang (some subgroup of it) short."""
+    return any(t.status.is_active for t in job.tasks) and bool(info_shortfall(job))
 
 
 def _set(task: TaskInfo, status: TaskStatus, clock: float) -> TaskInfo:

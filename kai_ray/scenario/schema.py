@@ -27,6 +27,7 @@ __all__ = [
     "NodeSpec",
     "ScenarioFile",
     "ScenarioQueueSpec",
+    "SubGroupSpec",
     "TaskCountSpec",
     "TaskExpectSpec",
     "TaskSpec",
@@ -119,6 +120,7 @@ class TaskSpec(_Finite):
     gpu_memory: Quantity | None = Field(None, gt=0)
     cpu: Quantity | None = Field(None, ge=0)
     memory: Quantity | None = Field(None, ge=0)
+    sub_group: str | None = Field(None, min_length=1)  # one of its job's subGroups
 
 
 class TaskCountSpec(TaskSpec):
@@ -142,6 +144,13 @@ Tasks = Annotated[
 ]
 
 
+class SubGroupSpec(StrictModel):
+    """One subgroup of a job's gang (KAI's PodGroup subGroups): its tasks name it."""
+
+    name: str = Field(min_length=1)
+    min_member: int = Field(ge=0)
+
+
 class JobSpec(_Finite):
     name: str = Field(min_length=1)
     queue: str = "default"
@@ -156,6 +165,7 @@ class JobSpec(_Finite):
     topology: TopologyRefSpec | None = None
     node_selector: Labels = Field(default_factory=dict)
     stale_since: Duration | None = None  # relative to `now`
+    sub_groups: list[SubGroupSpec] | None = None  # the gang as subgroups, each with its minimum
     tasks: Tasks
 
     @field_validator("tasks")

@@ -101,6 +101,11 @@ class World:
             status = TaskStatus.RUNNING if running else TaskStatus.PENDING
             at = self.nodes[self.serial % len(self.nodes)].name if running else None
             tasks = [TaskInfo(f"{name}-{k}", status, req, node=at, since=self.now) for k in range(count)]
+            subgroups = {}
+            if elastic == "subgroups":  # a cpu-only head, then workers in groups w0, w1 of min 1
+                head = TaskInfo(f"{name}-h", status, REQUESTS[6], node=at, since=self.now, subgroup="h")
+                tasks = [head, *(dataclasses.replace(t, subgroup=f"w{k % 2}") for k, t in enumerate(tasks))]
+                subgroups = {"h": 1, **{f"w{k % 2}": 1 for k in range(count)}}
             self.jobs.append(
                 JobInfo(
                     name,
@@ -108,10 +113,11 @@ class World:
                     tasks,
                     priority=priority,
                     preemptible=priority < 100,
-                    min_member=1 if elastic else 0,
+                    min_member=1 if elastic == "elastic" else 0,
                     created_at=self.now,
                     spread=spread,
                     node_selector={"rack": "r0"} if selector else {},
+                    subgroups=subgroups,
                 )
             )
         elif kind == "finish" and self.jobs:
@@ -168,15 +174,17 @@ class World:
     def _task(self, t: TaskInfo, decisions: Sequence[Bind | Pipeline | Evict]) -> TaskInfo:
         mine = [d for d in decisions if d.task == t.name]
         if t.status is TaskStatus.RELEASING:  # released since: back in line
-            return TaskInfo(t.name, TaskStatus.PENDING, t.request, since=self.now)
+            return TaskInfo(t.name, TaskStatus.PENDING, t.request, since=self.now, subgroup=t.subgroup)
         for d in mine:
             if isinstance(d, Bind):
-                return TaskInfo(t.name, TaskStatus.RUNNING, t.request, d.node, d.gpu_group, self.now)
+                return TaskInfo(
+                    t.name, TaskStatus.RUNNING, t.request, d.node, d.gpu_group, self.now, t.subgroup
+                )
         for d in mine:
             if isinstance(d, Evict):
                 return dataclasses.replace(t, status=TaskStatus.RELEASING, since=self.now)
         if mine:  # pipelined: placed again by a later cycle
-            return TaskInfo(t.name, TaskStatus.PENDING, t.request, since=t.since)
+            return TaskInfo(t.name, TaskStatus.PENDING, t.request, since=t.since, subgroup=t.subgroup)
         return t
 
 
@@ -186,7 +194,7 @@ submits = st.tuples(
     st.integers(1, 3),
     st.sampled_from([*LEAVES, *LEAVES, *LEAVES, "dept", "nope"]),
     st.sampled_from([50, 75, 100, 125]),
-    st.booleans(),
+    st.sampled_from(["", "elastic", "subgroups"]),
     st.sampled_from(["", "", "", "preferred", "required"]),
     st.booleans(),
     st.booleans(),

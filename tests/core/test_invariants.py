@@ -106,7 +106,7 @@ def _job(draw: st.DrawFn, j: int, leaves: list[str], nodes: list[NodeInfo]) -> J
                 since=-float(draw(st.integers(0, 600))),
             )
         )
-    return JobInfo(
+    job = JobInfo(
         f"j{j}",
         draw(st.sampled_from(leaves)),
         tasks,
@@ -116,6 +116,16 @@ def _job(draw: st.DrawFn, j: int, leaves: list[str], nodes: list[NodeInfo]) -> J
         created_at=float(j),
         spread=draw(st.sampled_from(["", "", "preferred", "required"])),
     )
+    return _with_subgroups(draw, job) if draw(st.booleans()) else job
+
+
+def _with_subgroups(draw: st.DrawFn, job: JobInfo) -> JobInfo:
+    """The job's tasks split between subgroups x and y (in a drawn order), each with a
+    drawn minimum of its own (up to its tasks, or one more: a gang too few are left for)."""
+    names = [draw(st.sampled_from(["x", "y"])) for _ in job.tasks]
+    tasks = [replace(t, subgroup=n) for t, n in zip(job.tasks, names, strict=True)]
+    least = {n: draw(st.integers(0, names.count(n) + 1)) for n in sorted(set(names))}
+    return replace(job, tasks=tasks, subgroups=least)
 
 
 def _fits_input(snap: ClusterSnapshot) -> bool:
@@ -232,10 +242,18 @@ def test_gangs_start_whole_or_not_at_all(snap: ClusterSnapshot) -> None:
     for job in snap.jobs:
         if any(t.status is not TaskStatus.PENDING for t in job.tasks):
             continue  # only jobs that start from nothing
-        started = sum(
-            1 for t in job.tasks if any(isinstance(d, Bind | Pipeline) for d in by_task.get(t.name, []))
-        )
-        assert started == 0 or started >= job.gang_size, f"{job.name}: {started} of gang {job.gang_size}"
+        started = [
+            t for t in job.tasks if any(isinstance(d, Bind | Pipeline) for d in by_task.get(t.name, []))
+        ]
+        if not job.subgroups:
+            assert not started or len(started) >= job.gang_size, (
+                f"{job.name}: {len(started)} of {job.gang_size}"
+            )
+            continue
+        # With subgroups: each subgroup's own minimum, surplus elsewhere does not count.
+        per = Counter(t.subgroup for t in started)
+        short = {n: per[n] for n, least in job.subgroups.items() if per[n] < least}
+        assert not started or not short, f"{job.name}: started {dict(per)}, minimums {dict(job.subgroups)}"
 
 
 @SETTINGS
@@ -413,6 +431,8 @@ def look_alikes(draw: st.DrawFn) -> ClusterSnapshot:
                 node_selector=draw(st.sampled_from([{}, {"zone": "z"}])),
             )
         )
+        if draw(st.booleans()):  # the same tasks split between subgroups another way
+            jobs[-1] = _with_subgroups(draw, jobs[-1])
     return ClusterSnapshot(nodes, queues, jobs)
 
 

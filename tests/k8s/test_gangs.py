@@ -317,6 +317,70 @@ def test_min_member(pods: list[Builder], owners: list[OwnerBuilder], expected: i
     assert only(run(pods, owners)).min_member == expected
 
 
+SUBGROUPS = [
+    (
+        "head and each worker group",
+        [rc_pod("h").head()],
+        [raycluster().workers("a", 2).workers("b", 1)],
+        {"a": 2, "b": 1},
+    ),
+    (
+        "min replicas x hosts",
+        [rc_pod("h").head()],
+        [raycluster().workers("g", 3, min_replicas=2, hosts=2)],
+        {"g": 4},
+    ),
+    (
+        "a suspended group has none",
+        [rc_pod("h").head()],
+        [raycluster().workers("a", 2).workers("b", 3, suspend=True)],
+        {"a": 2},
+    ),
+    (
+        "a group of no replicas has none",
+        [rc_pod("h").head()],
+        [raycluster().workers("a", 0).workers("b", 1)],
+        {"b": 1},
+    ),
+    ("RayJob, K8sJobMode: its submitter too", job_pods(submitter()), job_owners(), {"g": 1, "submitter": 1}),
+    ("RayJob, HTTPMode: its cluster only", job_pods(), rayjob_mode("HTTPMode"), {"g": 1}),
+    (
+        "RayService: its RayCluster's",
+        [rc_pod("h").head()],
+        [rayservice("svc"), raycluster().owned_by("RayService", "svc").workers("g", 2)],
+        {"g": 2},
+    ),
+]
+
+
+@pytest.mark.parametrize(("pods", "owners", "workers"), cases(SUBGROUPS))
+def test_subgroup_minimums(pods: list[Builder], owners: list[OwnerBuilder], workers: dict[str, int]) -> None:
+    """KAI's podgrouper: a head subgroup of 1, one per worker group of minReplicas (or
+    replicas) x numOfHosts, a counted submitter; together the gang's minMember."""
+    gang = only(run(pods, owners))
+    assert gang.subgroup_min == {"head": 1, **workers}
+    assert sum(gang.subgroup_min.values()) == gang.min_member
+
+
+NO_SUBGROUPS = [
+    ("RayCluster unknown", [rc_pod("h").head(), *WORKERS], []),
+    (
+        "RayJob on an existing cluster",
+        [submitter()],
+        job_owners(rayjob().spec(clusterSelector={"ray.io/cluster": "s"})),
+    ),
+    ("Job", [in_job("a"), in_job("b")], [job("t")]),
+    ("plain pod", [pod("p")], []),
+]
+
+
+@pytest.mark.parametrize(("pods", "owners"), cases(NO_SUBGROUPS))
+def test_no_subgroups_where_no_ray_cluster_spec_says_them(
+    pods: list[Builder], owners: list[OwnerBuilder]
+) -> None:
+    assert only(run(pods, owners)).subgroup_min == {}
+
+
 # ---------------------------------------------------------------- rule 3: the submitter
 
 KUBERAY = Request(cpu=0.5, memory=200 * MI)

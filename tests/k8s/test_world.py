@@ -164,6 +164,9 @@ def test_a_rayjob_waiting_for_its_submitter_holds_room_for_it() -> None:
     w = build_world([node()], pods, gangs, [], scheduler_names=("kai-ray",), assumed={}, placeholders={})
     (j,) = w.snapshot.jobs
     assert j.min_member == 3 and [t.name for t in j.tasks][-1] == SUBMITTER_TASK
+    # Sub-gangs: the head, the worker group, the submitter (its placeholder task included).
+    assert j.subgroups == {"head": 1, "g": 1, "submitter": 1}
+    assert [t.subgroup for t in j.tasks] == ["g", "g", "submitter"]  # both pods here say group g
     w = build_world(
         [node()], pods, gangs, [], scheduler_names=("kai-ray",), assumed={}, placeholders={j.name: "n0"}
     )

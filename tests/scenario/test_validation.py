@@ -260,6 +260,31 @@ CASES = [
         ("job 'j': minMember", "greater than or equal to 1"),
     ),
     Case(
+        "a task without its subgroup",
+        b(scenario().job("j", pending(subGroup="a"), pending(), subGroups=[{"name": "a", "minMember": 1}])),
+        ("job 'j': tasks[1].subGroup", "names no subgroup", "one of a"),
+    ),
+    Case(
+        "a task naming a subgroup its job does not list",
+        b(scenario().job("j", pending(subGroup="b"), subGroups=[{"name": "a", "minMember": 1}])),
+        ("job 'j': tasks[0].subGroup", "subgroup 'b' is not one of the job's", "one of a"),
+    ),
+    Case(
+        "a subgroup on a job without subgroups",
+        b(scenario().job("j", pending(subGroup="a"))),
+        ("job 'j': tasks[0].subGroup", "lists no subGroups", "add subGroups:"),
+    ),
+    Case(
+        "a subgroup listed twice",
+        b(scenario().job("j", pending(subGroup="a"), subGroups=[{"name": "a", "minMember": 1}] * 2)),
+        ("job 'j': subGroups[1]", "'a' is listed twice"),
+    ),
+    Case(
+        "minMember that is not the subgroups' sum",
+        b(scenario().job("j", pending(subGroup="a"), minMember=2, subGroups=[{"name": "a", "minMember": 1}])),
+        ("job 'j': minMember", "not the sum of the subGroups' minMember (1)"),
+    ),
+    Case(
         "duplicate job",
         b(scenario().job("j").job("j")),
         ("job 'j'", "used by two jobs", "rename one"),
