@@ -8,7 +8,6 @@ the operator needs and nothing more."""
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +15,10 @@ import pytest
 import yaml
 
 from kai_ray.cli import build_parser
+from kai_ray.testing.kuberay import kuberay_crds
 from tests.helm.test_chart import CRD_SOURCE, REPO, render
 from tests.helm.test_install import RELEASE_NS, account_kubeconfig, assert_least_privilege, run
 from tests.helm.tools import tools
-from kai_ray.testing.kuberay import kuberay_crds
 from tests.k8s.env import NS, K8sEnv, bound, group, raycluster
 
 pytestmark = pytest.mark.k8s
@@ -133,9 +132,7 @@ def test_apply_the_base_and_schedule_with_its_account(rbac_cluster: K8sEnv, tmp_
     admin = k8s.api.kubeconfig
     run(kubectl, "--kubeconfig", admin, "apply", "-k", str(BASE))
     run(kubectl, "--kubeconfig", admin, "apply", "-k", str(QUEUES))  # once the base's CRD is there
-    for path in kuberay_crds():  # KubeRay's own CRDs, as with KubeRay installed
-        k8s.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", yaml.safe_load(path.read_text()))
-    time.sleep(0.5)  # established in well under that on this server
+    k8s.add_crds([yaml.safe_load(p.read_text()) for p in kuberay_crds()])  # as with KubeRay installed
 
     # What the base made: the Deployment is there, but with no controller or kubelet
     # for it here it never runs; the operator runs below as a process instead.

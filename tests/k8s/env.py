@@ -70,6 +70,10 @@ class K8sEnv:
         crds = [yaml.safe_load(f.read_text()) for f in kuberay_crds()] if kuberay else []
         if kai_queue:
             crds += list(yaml.safe_load_all((CRDS / "kai-queue.yaml").read_text()))
+        self.add_crds(crds)
+
+    def add_crds(self, crds: list[dict[str, Any]]) -> None:
+        """Create the CRDs and wait until each one's objects are served."""
         for crd in crds:
             self.run(self.kube.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd))
         for crd in crds:
