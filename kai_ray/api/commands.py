@@ -31,6 +31,12 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     )
     start.add_argument("--queues", default=None, help="queues YAML to add (kai-ray or KAI format)")
     start.add_argument("--config", default=None, help="scheduler options YAML (placement, kValue, ...)")
+    start.add_argument(
+        "--preemption-delay",
+        metavar="DURATION",
+        help="while Ray's autoscaler can add nodes, how long a gang that could start only by "
+        "evicting running work waits for them first (e.g. 2m; default 0, or the --config file's)",
+    )
     add_common(start)
     start.set_defaults(func=_start)
     _add_queue(subparsers)
@@ -95,11 +101,12 @@ def _start(args: argparse.Namespace) -> int:
     import ray
 
     import kai_ray
-    from kai_ray.config import load_queues, load_scheduler_config
+    from kai_ray.config import load_queues, load_scheduler_config, with_preemption_delay
     from kai_ray.control import QueueChangeError
 
     queues = load_queues(args.queues) if args.queues else None  # bad files: exit 2, nothing started
     config = load_scheduler_config(args.config) if args.config else None
+    config = with_preemption_delay(config, args.preemption_delay, "--preemption-delay")
     sched = connect(args.address)
     said = "already runs"
     if sched is None:
@@ -110,7 +117,9 @@ def _start(args: argparse.Namespace) -> int:
         except QueueChangeError as exc:
             return fail(f"{args.queues}: {exc}")
     if said != "started" and config is not None:
-        said += " (--config applies when it starts: the running scheduler keeps its options)"
+        said += (
+            " (--config and --preemption-delay apply when it starts: the running scheduler keeps its options)"
+        )
     names = [q["name"] for q in sched.queues()]
     address = ray.get_runtime_context().gcs_address
     return output(

@@ -13,7 +13,7 @@ from kai_ray.api.dashboardcommands import TOKEN_ENV
 from kai_ray.dashboard.server import DEFAULT_PORT
 from kai_ray.k8s import DEFAULT_SCHEDULER_NAMES
 
-__all__ = ["add_commands"]
+__all__ = ["add_commands", "operator_options"]
 
 
 def add_commands(subparsers: Any) -> None:
@@ -47,6 +47,18 @@ def add_commands(subparsers: Any) -> None:
         help="queue of pods without a kai.scheduler/queue label (default: default-queue)",
     )
     p.add_argument("--config", help="scheduler settings file (actions, placement, topologies)")
+    p.add_argument(
+        "--cluster-can-grow",
+        action="store_true",
+        help="a cluster-autoscaler or Karpenter adds nodes for pending pods: with --preemption-delay, "
+        "a gang that could start only by evicting running work waits for new nodes first",
+    )
+    p.add_argument(
+        "--preemption-delay",
+        metavar="DURATION",
+        help="with --cluster-can-grow: how long such a gang waits for new nodes before it evicts "
+        "(e.g. 2m; default 0, or the settings file's preemptionDelay)",
+    )
     p.add_argument(
         "--install-crds",
         action="store_true",
@@ -109,16 +121,11 @@ def dashboard_option(value: str, token: str | None) -> tuple[str, int, str | Non
     return host, number, token
 
 
-def _operator(args: argparse.Namespace) -> int:
-    from kai_ray.k8s.client import Kube, load_kubeconfig, run_async
-    from kai_ray.k8s.install import install_crds, install_default_queues
-    from kai_ray.k8s.operator import Operator, OperatorOptions
-
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+def operator_options(args: argparse.Namespace) -> Any:
+    """The OperatorOptions the command line says (ConfigError naming a bad flag or file)."""
+    from kai_ray.config.scheduler import load_scheduler_config, with_preemption_delay
     from kai_ray.k8s.devices import SharingOptions
+    from kai_ray.k8s.operator import OperatorOptions
 
     names = tuple(args.scheduler_names or DEFAULT_SCHEDULER_NAMES)
     options = OperatorOptions(
@@ -127,11 +134,25 @@ def _operator(args: argparse.Namespace) -> int:
         sharing=SharingOptions(args.gpu_sharing, names[0]) if args.gpu_sharing else None,
         webhook=(int(args.webhook[0]), args.webhook[1], args.webhook[2]) if args.webhook else None,
         dashboard=dashboard_option(args.dashboard, args.dashboard_token),
+        cluster_can_grow=args.cluster_can_grow,
     )
-    if args.config:
-        from kai_ray.config.scheduler import load_scheduler_config
+    settings = load_scheduler_config(args.config) if args.config else None
+    config = with_preemption_delay(settings, args.preemption_delay, "--preemption-delay")
+    if config is not None:
+        options.config = config
+    return options
 
-        options.config = load_scheduler_config(args.config)
+
+def _operator(args: argparse.Namespace) -> int:
+    from kai_ray.k8s.client import Kube, load_kubeconfig, run_async
+    from kai_ray.k8s.install import install_crds, install_default_queues
+    from kai_ray.k8s.operator import Operator
+
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    options = operator_options(args)
     config = load_kubeconfig(args.kubeconfig, args.context)
     if args.in_ray:
         return _in_ray(args, config, options)

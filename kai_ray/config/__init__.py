@@ -28,6 +28,7 @@ from kai_ray.config.scheduler import (
     load_scheduler_config,
     parse_scheduler_config,
     to_scheduler_config,
+    with_preemption_delay,
 )
 
 __all__ = [
@@ -50,4 +51,5 @@ __all__ = [
     "parse_scheduler_config",
     "queues_from_specs",
     "to_scheduler_config",
+    "with_preemption_delay",
 ]

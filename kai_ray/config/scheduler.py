@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -11,6 +13,7 @@ from pydantic import Field, ValidationError, ValidationInfo, field_validator
 from kai_ray.config.base import Duration, StrictModel, read_yaml
 from kai_ray.config.errors import ConfigError, from_validation_error
 from kai_ray.core.model import DEFAULT_ACTIONS, SchedulerConfig, Topology
+from kai_ray.core.quantity import parse_duration
 
 __all__ = [
     "PlacementSpec",
@@ -21,6 +24,7 @@ __all__ = [
     "load_scheduler_config",
     "parse_scheduler_config",
     "to_scheduler_config",
+    "with_preemption_delay",
 ]
 
 Placement = Literal["binpack", "spread"]
@@ -38,6 +42,9 @@ class SchedulerOptions(StrictModel):
     gpu_device_order: Literal["pack", "spread"] = "pack"
     k_value: float = Field(1.0, ge=0)
     stale_gang_grace_period: Duration = 60.0  # negative: never evict
+    # How long a gang that could start only by evicting others waits first for new nodes,
+    # where an autoscaler can add them (0: no wait).
+    preemption_delay: Duration = 0.0
     max_consolidation_preemptees: int = Field(16, ge=0)
     full_hierarchy_fairness: bool = True
     # Time-based fair share: the window of usage history (0: off), its decay, its kind.
@@ -45,13 +52,21 @@ class SchedulerOptions(StrictModel):
     usage_half_life: Duration = 0.0
     usage_window_type: Literal["sliding", "tumbling"] = "sliding"
 
-    @field_validator("usage_window", "usage_half_life")
+    @field_validator("usage_window", "usage_half_life", "preemption_delay")
     @classmethod
     def _not_negative(cls, value: float, info: ValidationInfo) -> float:
         if value < 0:
-            off = "time-based fair share off" if info.field_name == "usage_window" else "no decay"
-            raise ValueError(f"{value:g}s is negative; use 0 ({off}) or a duration such as 7d or 1h")
+            off, example = _ZERO_MEANS[info.field_name or ""]
+            raise ValueError(f"{value:g}s is negative; use 0 ({off}) or a duration such as {example}")
         return value
+
+
+# What 0 means for a duration that may not be negative, and what to write instead.
+_ZERO_MEANS = {
+    "usage_window": ("time-based fair share off", "7d or 1h"),
+    "usage_half_life": ("no decay", "7d or 1h"),
+    "preemption_delay": ("no wait for new nodes", "2m or 90s"),
+}
 
 
 class TopologySpec(StrictModel):
@@ -107,6 +122,7 @@ def to_scheduler_config(
         gpu_device_order=options.gpu_device_order,
         k_value=options.k_value,
         stale_gang_grace_period=options.stale_gang_grace_period,
+        preemption_delay_s=options.preemption_delay,
         max_consolidation_preemptees=options.max_consolidation_preemptees,
         full_hierarchy_fairness=options.full_hierarchy_fairness,
         usage_window_s=options.usage_window,
@@ -133,3 +149,22 @@ def parse_scheduler_config(data: Any, *, path: str | Path | None = None) -> Sche
 
 def load_scheduler_config(path: str | Path) -> SchedulerConfig:
     return parse_scheduler_config(read_yaml(path), path=path)
+
+
+def with_preemption_delay(
+    config: SchedulerConfig | None, value: str | None, flag: str
+) -> SchedulerConfig | None:
+    """The config with a command line's preemption delay (`--preemption-delay 2m`) in
+    place of its file's; as it was when the flag is not given. ConfigError naming the flag
+    for a value that is not a duration of 0 or more."""
+    if value is None:
+        return config
+    try:
+        seconds = parse_duration(value)
+    except ValueError:
+        seconds = math.nan
+    if not seconds >= 0 or math.isinf(seconds):
+        raise ConfigError(
+            f"{value!r} is not a duration of 0 or more; write e.g. 2m, 90s or 0 (no wait)", field=flag
+        )
+    return dataclasses.replace(config or SchedulerConfig(), preemption_delay_s=seconds)

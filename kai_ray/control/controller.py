@@ -81,7 +81,8 @@ class Controller(WorkloadTable):
         self.node_label = node_label
         cycles = Cycles.of(self.config, cycle, pause_gc=pause_gc, incremental=incremental)
         self.loop = SchedulingLoop(self, self, self, self.config, cycles, listener)
-        # An autoscaler may add nodes: accept workloads larger than the cluster is now.
+        # An autoscaler may add nodes: accept workloads larger than the cluster is now, and
+        # let a gang wait for nodes before it evicts (SchedulerConfig.preemption_delay_s).
         self.cluster_grows = False
         self.nodes: dict[str, NodeInfo] = {}
         # Workload shapes validate() accepted on the current nodes and queues -> the
@@ -290,7 +291,9 @@ class Controller(WorkloadTable):
                 jobs.append(self.infos.get(w))
             except Exception as exc:
                 self.failed(w, now, "describing it to the scheduler", exc)
-        return ClusterSnapshot(nodes=list(self.nodes.values()), queues=self.queues, jobs=jobs)
+        return ClusterSnapshot(
+            nodes=list(self.nodes.values()), queues=self.queues, jobs=jobs, can_grow=self.cluster_grows
+        )
 
     def _follow_one(self, w: Workload, now: float) -> None:
         """One workload's observations, isolated from the others'. A running workload is

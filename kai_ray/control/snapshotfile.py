@@ -65,10 +65,13 @@ def build_snapshot(
     queues: Iterable[QueueInfo],
     node_label: str,
     usage: Mapping[str, tuple[float, float, float]] | None = None,
+    can_grow: bool = False,
 ) -> ClusterSnapshot:
     """The core's input for the live workloads, as the controller's cycle builds it."""
     jobs = [job_info(w, node_label) for w in workloads if not w.terminal]
-    return ClusterSnapshot(nodes=list(nodes), queues=list(queues), jobs=jobs, usage=dict(usage or {}))
+    return ClusterSnapshot(
+        nodes=list(nodes), queues=list(queues), jobs=jobs, usage=dict(usage or {}), can_grow=can_grow
+    )
 
 
 # ---------------------------------------------------------------- writing
@@ -88,6 +91,7 @@ def write_snapshot(
         "queues": [_plain(q) for q in snapshot.queues],
         "jobs": [_job_json(j) for j in snapshot.jobs],
         "usage": {k: list(v) for k, v in snapshot.usage.items()},
+        "can_grow": snapshot.can_grow,
     }
 
 
@@ -138,7 +142,10 @@ def read_snapshot(data: Any) -> SnapshotFile:
     ]
     jobs = [_job(j, i) for i, j in enumerate(_list(data, "jobs"))]
     usage = {str(k): _triple(v, f"usage.{k}") for k, v in (data.get("usage") or {}).items()}
-    snapshot = ClusterSnapshot(nodes=nodes, queues=queues, jobs=jobs, usage=usage)
+    can_grow = data.get("can_grow", False)  # absent in files saved before it existed
+    if not isinstance(can_grow, bool):
+        raise SnapshotFormatError("can_grow: must be true or false")
+    snapshot = ClusterSnapshot(nodes=nodes, queues=queues, jobs=jobs, usage=usage, can_grow=can_grow)
     now = data.get("now")
     if not isinstance(now, int | float):
         raise SnapshotFormatError("now: must be the snapshot's time in seconds")

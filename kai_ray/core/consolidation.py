@@ -10,6 +10,7 @@ from kai_ray.core.capacity import capacity_problem
 from kai_ray.core.cluster import EPS, Job, Task
 from kai_ray.core.context import CycleContext
 from kai_ray.core.failedsearches import FailedSearches, search_key
+from kai_ray.core.preemptiondelay import HeldBack
 from kai_ray.core.settling import each_waiting_gang
 from kai_ray.core.victims import Unit, evict_unit, victim_units
 
@@ -22,16 +23,17 @@ def consolidate(ctx: CycleContext) -> None:
     if "spread" in (ctx.config.gpu_placement, ctx.config.cpu_placement):
         return  # consolidation packs; it would undo a spread placement
     failed = FailedSearches(ctx.config.skip_failed_searches)
+    held = HeldBack(ctx, "consolidation", failed)
     each_waiting_gang(
         ctx,
         "consolidation",
         failed,
-        lambda job: _step(ctx, job, failed),
+        lambda job: _step(ctx, job, failed, held),
         idle=lambda job, key: True,  # a failed key: no search, no reason (see _step)
     )
 
 
-def _step(ctx: CycleContext, job: Job, failed: FailedSearches) -> None:
+def _step(ctx: CycleContext, job: Job, failed: FailedSearches, held: HeldBack) -> None:
     if job.incomplete():
         return  # too few tasks are left for its gang (or a subgroup's): it never starts part-way
     gang = job.missing()
@@ -41,13 +43,20 @@ def _step(ctx: CycleContext, job: Job, failed: FailedSearches) -> None:
         key = search_key(job, gang, "consolidation")
         if failed.known(key):
             pass  # the same gang already found no moves (or no total room)
+        elif held.known(key) and (waits := held.waits(job)) is not None:
+            ctx.stmt.set_reason(job.name, waits)  # a look-alike would move others: this one too
         elif not _room_in_total(ctx, job, gang):
             failed.add(key, None)  # room alone decided it: the same for look-alikes
         elif capacity_problem(ctx.state, ctx.shares, job, ctx.amount(gang)) is None:
-            if _consolidate_for(ctx, job, gang):
-                failed.clear()  # jobs moved: an earlier failure may succeed now
-            else:
+            start = ctx.stmt.checkpoint()
+            if not _consolidate_for(ctx, job, gang):
                 failed.add(key, None)
+            elif (waits := held.waits(job)) is not None:  # a move stops the moved job: wait first
+                ctx.stmt.rollback(start)
+                held.add(key)
+                ctx.stmt.set_reason(job.name, waits)
+            else:
+                failed.clear()  # jobs moved: an earlier failure may succeed now
 
 
 def _room_in_total(ctx: CycleContext, job: Job, gang: list[Task]) -> bool:

@@ -34,6 +34,9 @@ class CycleContext:
     # The jobs waiting as the cycle began, in line (incremental/waitingline.py): a cycle
     # cache's, or made when first asked for while the cycle has changed nothing yet.
     line: WaitingLine | None = None
+    # Seconds a job that would evict others waits first for new nodes: the config's
+    # preemption delay where the snapshot says the cluster can grow, else 0.
+    preemption_delay: float = 0.0
     # A job's next request, while it waits in a JobQueues (its tasks do not change there).
     _next_amount: dict[int, list[float]] = field(default_factory=dict)
     # n times a shared per-task amount, by (id of that amount, n): read-only arrays.

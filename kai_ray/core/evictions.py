@@ -30,6 +30,7 @@ from kai_ray.core.context import CycleContext
 from kai_ray.core.failedsearches import FailedSearches, FailureKey, search_key
 from kai_ray.core.hooks import ReclaimSides
 from kai_ray.core.model import Reason, TaskStatus
+from kai_ray.core.preemptiondelay import HeldBack
 from kai_ray.core.settling import each_waiting_gang
 from kai_ray.core.subgroups import short_words
 from kai_ray.core.victims import (
@@ -83,14 +84,20 @@ class _Candidates:
         return self._units
 
 
-def make_room(ctx: CycleContext, job: Job, search: VictimSearch, failed: FailedSearches) -> bool:
-    """Place the job's missing gang, evicting what the search allows; all or nothing."""
+def make_room(
+    ctx: CycleContext, job: Job, search: VictimSearch, failed: FailedSearches, held: HeldBack
+) -> bool:
+    """Place the job's missing gang, evicting what the search allows; all or nothing.
+    A job within its preemption delay (`held`) that would evict waits instead."""
     gang = job.missing()
     if not gang or job.incomplete():
         return False
     key = search_key(job, gang, search.action)
     if failed.known(key):
         _say(ctx, job, failed.reason(key))
+        return False
+    if held.known(key) and (waits := held.waits(job)) is not None:
+        ctx.stmt.set_reason(job.name, waits)  # a look-alike's search would evict: this one's too
         return False
     victims = search.victims()
     protected: list[Unit] = []  # candidates that only their min runtime kept
@@ -103,7 +110,14 @@ def make_room(ctx: CycleContext, job: Job, search: VictimSearch, failed: FailedS
             return False
         return True
 
+    start, evictions = ctx.stmt.checkpoint(), ctx.stmt.evictions
     if _attempt(ctx, job, gang, victims, search, allowed):
+        waits = held.waits(job) if ctx.stmt.evictions > evictions else None
+        if waits is not None:  # it would evict, but waits for new nodes first
+            ctx.stmt.rollback(start)
+            held.add(key)
+            ctx.stmt.set_reason(job.name, waits)
+            return False
         failed.clear()  # room moved: an earlier failure may succeed now
         return True
     reason = _min_runtime_blocks(ctx, job, gang, victims, search) if protected else None
@@ -228,10 +242,11 @@ def preempt(ctx: CycleContext) -> None:
     """Inside one queue: lower-priority preemptible work makes room for a higher one."""
     failed = FailedSearches(ctx.config.skip_failed_searches)
     candidates = _Candidates(ctx)
+    held = HeldBack(ctx, "preempt", failed)
 
     def step(job: Job) -> None:
         ctx.stmt.default_reason(job.name, functools.partial(_no_lower_priority, ctx, job))
-        make_room(ctx, job, _preempt_search(ctx, job, candidates), failed)
+        make_room(ctx, job, _preempt_search(ctx, job, candidates), failed, held)
 
     each_waiting_gang(ctx, "preempt", failed, step, idle=functools.partial(_said_already, ctx, failed))
 
@@ -262,11 +277,12 @@ def reclaim(ctx: CycleContext) -> None:
     failed = FailedSearches(ctx.config.skip_failed_searches)
     candidates = _Candidates(ctx)
     giving = GivingOrder(ctx)
+    held = HeldBack(ctx, "reclaim", failed)
     each_waiting_gang(
         ctx,
         "reclaim",
         failed,
-        lambda job: _reclaim_for(ctx, job, candidates, giving, failed),
+        lambda job: _reclaim_for(ctx, job, candidates, giving, failed, held),
         idle=functools.partial(_said_already, ctx, failed),
     )
 
@@ -279,7 +295,12 @@ def _said_already(ctx: CycleContext, failed: FailedSearches, job: Job, key: Fail
 
 
 def _reclaim_for(
-    ctx: CycleContext, job: Job, candidates: _Candidates, giving: GivingOrder, failed: FailedSearches
+    ctx: CycleContext,
+    job: Job,
+    candidates: _Candidates,
+    giving: GivingOrder,
+    failed: FailedSearches,
+    held: HeldBack,
 ) -> bool:
     state, shares, tree, policy = ctx.state, ctx.shares, ctx.state.tree, ctx.policy
     gang = job.missing()
@@ -319,7 +340,7 @@ def _reclaim_for(
         giving=giving,
         holds=lambda: policy.reclaim_keeps_bounds(state, shares, job),
     )
-    return make_room(ctx, job, search, failed)
+    return make_room(ctx, job, search, failed, held)
 
 
 def _over_share_reason(ctx: CycleContext, job: Job, amount: np.ndarray) -> Reason:

@@ -217,6 +217,11 @@ class ClusterSnapshot:
     jobs: list[JobInfo]
     # Normalised historical usage per queue (0..1 per resource), for time-based fair share.
     usage: Mapping[str, tuple[float, float, float]] = field(default_factory=dict)
+    # An autoscaler may add nodes (the backend knows: Ray's autoscaler runs, or the
+    # Kubernetes operator was told a cluster-autoscaler or Karpenter is there). Only
+    # SchedulerConfig.preemption_delay_s reads it: waiting for nodes makes sense only
+    # where nodes may come.
+    can_grow: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,6 +238,11 @@ class SchedulerConfig:
     usage_half_life_s: float = 0.0  # exponential decay of older usage; 0: none
     usage_window_type: Literal["sliding", "tumbling"] = "sliding"
     stale_gang_grace_period: float = 60.0  # seconds; negative: never evict
+    # Seconds a gang that could start only by evicting others (reclaim, preempt, or
+    # consolidation's moves) first waits for new nodes, counted from when it last started
+    # waiting (policy.waiting_since), when the snapshot says the cluster can grow
+    # (ClusterSnapshot.can_grow); 0: no wait, as without an autoscaler.
+    preemption_delay_s: float = 0.0
     max_consolidation_preemptees: int = 16
     full_hierarchy_fairness: bool = True
     topologies: Mapping[str, Topology] = field(default_factory=dict)
@@ -299,6 +309,7 @@ REASON_CODES: tuple[str, ...] = (
     "queue-quota",  # non-preemptible: its queue, or one above it, would go over its quota
     "fair-share",  # reclaim would take its queue over its fair share
     "min-runtime",  # the running jobs that would make room are within their min runtime
+    "preemption-delay",  # evicting would make room; it first waits for new nodes (autoscaler)
 )
 _CODES = frozenset(REASON_CODES)
 

@@ -21,7 +21,9 @@ Eligibility:
 - min runtime: how long a running gang is protected (never its elastic surplus);
 - reclaim: whether a queue may reclaim at all (within its fair share with the job),
   which victim it may take from another queue (KAI's strategies), and the bounds its
-  path must keep once the victims are gone.
+  path must keep once the victims are gone;
+- preemption delay: how long a job must still wait for new nodes before it may evict
+  others (counted from when it last started waiting; preemptiondelay.py applies it).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import numpy as np
 from kai_ray.core.cluster import EPS, ClusterState, FloatArray, Job, Task
 from kai_ray.core.fairshare import FairShares
 from kai_ray.core.hooks import ReclaimSides, ShareRows, Unit
+from kai_ray.core.model import TaskStatus
 
 __all__ = [
     "DEFAULT_POLICY",
@@ -48,11 +51,13 @@ __all__ = [
     "may_reclaim",
     "may_reclaim_from",
     "min_runtime_protects",
+    "preemption_delay_left",
     "queue_rank",
     "reclaim_allows",
     "reclaim_keeps_bounds",
     "tasks_to_allocate",
     "victim_order_key",
+    "waiting_since",
 ]
 
 
@@ -194,6 +199,22 @@ def min_runtime_protects(unit: Unit, min_runtime: float, now: float) -> bool:
     return not unit.surplus and now - unit.job.running_since() < min_runtime
 
 
+def waiting_since(job: Job) -> float:
+    """When the job last started waiting: the latest `since` of its pending tasks, which is
+    their creation, or their return to pending after an eviction (as KAI counts a pending
+    workload's age from the later of its creation and its last eviction, so a gang that
+    ran, was evicted and waits again waits its delay again); its creation time when the
+    snapshot holds no pending task of it."""
+    pending = TaskStatus.PENDING
+    return max((t.info.since for t in job.tasks if t.info.status is pending), default=job.info.created_at)
+
+
+def preemption_delay_left(job: Job, delay: float, now: float) -> float:
+    """Seconds the job must still wait for new nodes before it may evict others (0 or
+    less: it may)."""
+    return delay - (now - waiting_since(job))
+
+
 def may_reclaim(state: ClusterState, shares: FairShares, job: Job, amount: FloatArray) -> bool:
     """The reclaimer's queue stays within its fair share with the job (non-preemptible
     jobs also within the deserved quota of non-preemptible work)."""
@@ -235,7 +256,9 @@ class Policy:
       read (failedsearches._VICTIM_INPUTS: preempt, its queue, priority and
       preemptibility; reclaim, its queue and preemptibility). A hook that reads more of
       the pending job (may_preempt, may_reclaim_from, may_reclaim,
-      reclaim_keeps_bounds) needs it added there.
+      reclaim_keeps_bounds) needs it added there. preemption_delay_left reads the job's
+      waiting time, which no key holds: it only ever holds back a search that would
+      succeed, and such a search is never recorded as failed (preemptiondelay.py).
     - Job keys are functions of the job. `job_order` reads the job alone: its info, its
       tasks' statuses, its order; never the time, the queues' usage or other jobs. The
       cache keeps the waiting line sorted by these keys and keys again only the jobs
@@ -259,6 +282,7 @@ class Policy:
     may_reclaim: Callable[[ClusterState, FairShares, Job, FloatArray], bool] = may_reclaim
     reclaim_allows: Callable[[ReclaimSides], bool] = reclaim_allows
     reclaim_keeps_bounds: Callable[[ClusterState, FairShares, Job], bool] = reclaim_keeps_bounds
+    preemption_delay_left: Callable[[Job, float, float], float] = preemption_delay_left
 
 
 DEFAULT_POLICY = Policy()

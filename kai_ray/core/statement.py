@@ -30,6 +30,7 @@ class Statement:
         self._undo: list[Undo] = []
         self._committed: list[Undo] | None = [] if undoable_cycle else None
         self.pipelined = 0  # placements onto releasing capacity that stand (undo takes back)
+        self.evictions = 0  # evictions that stand (undo takes back): did a search take any?
         self.reasons: dict[str, Reason] = {}  # job -> why it still waits
         # What the cycle changed: nodes placed on or evicted from, and their jobs.
         self.touched_nodes: set[int] = set()
@@ -195,9 +196,11 @@ class Statement:
         task.status = TaskStatus.RELEASING
         task.evicted_from, task.evict_reason = (node, device), (action, reason)
         job.active_count -= 1
+        self.evictions += 1
 
         def undo() -> None:
             job.active_count += 1
+            self.evictions -= 1
             task.status = TaskStatus.RUNNING
             task.evicted_from = task.evict_reason = None
             self.state.usage.add(job.queue, amount, not job.info.preemptible)

@@ -45,6 +45,9 @@ class OperatorOptions:
     scheduler_names: tuple[str, ...] = DEFAULT_SCHEDULER_NAMES
     default_queue: str = "default-queue"
     config: SchedulerConfig = field(default_factory=SchedulerConfig)
+    # A cluster-autoscaler or Karpenter adds nodes for pending pods: a gang that would
+    # evict others first waits config.preemption_delay_s for them (ClusterSnapshot.can_grow).
+    cluster_can_grow: bool = False
     in_flight: int = 32  # concurrent requests when binding or evicting
     tick: float = 1.0  # seconds between cycles when nothing changes (timers, min runtimes)
     settle: float = 0.02  # seconds to let a burst of watch events arrive before a cycle
@@ -68,7 +71,9 @@ class Operator:
         self.kube = kube
         self.options = options = options or OperatorOptions()
         self.watches = Watches(kube)
-        self.source = KubeSource(self.watches, options.scheduler_names, options.default_queue)
+        self.source = KubeSource(
+            self.watches, options.scheduler_names, options.default_queue, can_grow=options.cluster_can_grow
+        )
         sharing = None if options.sharing is None else DeviceSharing(kube, options.sharing)
         self.actuator = KubeActuator(kube, self.source, sharing, options.in_flight)
         self.lifecycle = ObservedLifecycle(self.source.facts)

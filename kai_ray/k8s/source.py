@@ -53,8 +53,16 @@ ASSUME_TTL = 30.0  # seconds a sent binding is trusted before the pods' watch co
 
 
 class KubeSource:
-    def __init__(self, watches: Watches, scheduler_names: tuple[str, ...], default_queue: str) -> None:
+    def __init__(
+        self,
+        watches: Watches,
+        scheduler_names: tuple[str, ...],
+        default_queue: str,
+        *,
+        can_grow: bool = False,
+    ) -> None:
         self.watches, self.names, self.default_queue = watches, frozenset(scheduler_names), default_queue
+        self.can_grow = can_grow  # an autoscaler adds nodes (the operator's --cluster-can-grow)
         self.check = bool(os.environ.get(CHECK_INCREMENTAL_ENV))
         self.owners = OwnerObjects(watches)
         self.index = PodIndex()
@@ -425,7 +433,7 @@ class KubeSource:
         queues = self.queue_set.queues
         if last is not None and last.nodes is nodes and last.jobs is jobs and last.queues is queues:
             return last
-        self._snapshot = ClusterSnapshot(nodes=nodes, queues=queues, jobs=jobs)
+        self._snapshot = ClusterSnapshot(nodes=nodes, queues=queues, jobs=jobs, can_grow=self.can_grow)
         return self._snapshot
 
     def rebuild(self) -> World:

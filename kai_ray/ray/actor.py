@@ -243,7 +243,9 @@ class SchedulerActor:
         (kai_ray.control.snapshotfile): `kai-ray snapshot save`, replayed by `kai-ray sim`."""
         e, now = self.engine, time.time()
         usage = e.usage.usage(now) if e.usage is not None else {}
-        snap = build_snapshot(e.workloads.values(), e.nodes.values(), e.queues, e.node_label, usage)
+        snap = build_snapshot(
+            e.workloads.values(), e.nodes.values(), e.queues, e.node_label, usage, e.cluster_grows
+        )
         return write_snapshot(snap, e.config, now, "ray")
 
     def _info(self, wid: str) -> dict[str, Any]:

@@ -24,13 +24,14 @@ class TaskExpectation:
 class JobExpectation:
     every_task: TaskExpectation  # job-level status/node/gpuGroups hold for every task
     tasks: tuple[TaskExpectation, ...] | None = None  # one per task, in order
+    reason: str | None = None  # the code of why it waits after the last round; "none": it does not
 
 
 @dataclass(frozen=True, slots=True)
 class Mismatch:
     job: str
-    task: str
-    field: str  # status | node | gpuGroups
+    task: str  # "" for the job as a whole (its reason)
+    field: str  # status | node | gpuGroups | reason
     expected: Any
     actual: Any
 
@@ -44,10 +45,8 @@ class Mismatch:
         }
 
     def __str__(self) -> str:
-        return (
-            f"job {self.job}, task {self.task}: {self.field} expected "
-            f"{_show(self.expected)}, actual {_show(self.actual)}"
-        )
+        where = f"job {self.job}, task {self.task}" if self.task else f"job {self.job}"  # "": the job's
+        return f"{where}: {self.field} expected {_show(self.expected)}, actual {_show(self.actual)}"
 
 
 def _show(value: Any) -> str:
@@ -62,15 +61,21 @@ def compare(
     expectations: Mapping[str, JobExpectation],
     jobs: Mapping[str, JobInfo],
     symbols: GpuSymbols,
+    reasons: Mapping[str, str] | None = None,
 ) -> list[Mismatch]:
     """Every difference, in expectation order. `symbols` is updated with the symbols
-    the expectations bind, so actual devices can be shown by those names."""
+    the expectations bind, so actual devices can be shown by those names. `reasons`:
+    each waiting job's reason code after the last round (None: no round ran)."""
     mismatches: list[Mismatch] = []
     for name, expectation in expectations.items():
         job = jobs[name]
         for i, task in enumerate(job.tasks):
             for expected in _for_task(expectation, i):
                 mismatches.extend(_check(job.name, task, expected, symbols))
+        if expectation.reason is not None:
+            actual = (reasons or {}).get(name, "none")
+            if actual != expectation.reason:
+                mismatches.append(Mismatch(name, "", "reason", expectation.reason, actual))
     return mismatches
 
 

@@ -106,7 +106,11 @@ def _build(spec: ScenarioFile, path: str | Path | None) -> Scenario:
         name=spec.name or (Path(path).name if path is not None else "scenario"),
         source=spec.source,
         snapshot=ClusterSnapshot(
-            nodes=nodes, queues=queues, jobs=jobs, usage=_usage(spec.usage, queues, config)
+            nodes=nodes,
+            queues=queues,
+            jobs=jobs,
+            usage=_usage(spec.usage, queues, config),
+            can_grow=spec.cluster_can_grow,
         ),
         config=config,
         rounds=spec.rounds,
@@ -208,7 +212,7 @@ def _expectations(specs: Mapping[str, JobExpectSpec], jobs: Sequence[JobInfo]) -
                 field=f"{field}.tasks",
             )
         tasks = None if spec.tasks is None else tuple(_task_expectation(t) for t in spec.tasks)
-        result[name] = JobExpectation(every_task=_task_expectation(spec), tasks=tasks)
+        result[name] = JobExpectation(every_task=_task_expectation(spec), tasks=tasks, reason=spec.reason)
     return result
 
 

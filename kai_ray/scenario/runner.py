@@ -101,7 +101,8 @@ def run_scenario(
         return _result(scenario, world.state, [], last, error)
     symbols = scenario.symbols.copy()
     jobs = {job.name: job for job in world.state.jobs}
-    mismatches = compare(scenario.expectations, jobs, symbols)
+    codes = {job: reason.code for job, reason in last.waiting.items()} if last is not None else None
+    mismatches = compare(scenario.expectations, jobs, symbols, codes)
     return _result(scenario, world.state, mismatches, last, None, symbols)
 
 
@@ -158,7 +159,11 @@ def _working_copy(snapshot: ClusterSnapshot) -> ClusterSnapshot:
         dataclasses.replace(job, tasks=[dataclasses.replace(t) for t in job.tasks]) for job in snapshot.jobs
     ]
     return ClusterSnapshot(
-        nodes=list(snapshot.nodes), queues=list(snapshot.queues), jobs=jobs, usage=snapshot.usage
+        nodes=list(snapshot.nodes),
+        queues=list(snapshot.queues),
+        jobs=jobs,
+        usage=snapshot.usage,
+        can_grow=snapshot.can_grow,
     )
 
 

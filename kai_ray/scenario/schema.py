@@ -15,7 +15,7 @@ from kai_ray.config.base import Duration, Labels, Quantity, StrictModel
 from kai_ray.config.priority import PriorityClassSpec
 from kai_ray.config.queues import QueueBody
 from kai_ray.config.scheduler import SchedulerOptions, TopologySpec, check_actions
-from kai_ray.core.model import DEFAULT_ACTIONS, NodeInfo
+from kai_ray.core.model import DEFAULT_ACTIONS, REASON_CODES, NodeInfo
 
 __all__ = [
     "MAX_GPUS_PER_NODE",
@@ -184,6 +184,16 @@ class TaskExpectSpec(StrictModel):
 
 class JobExpectSpec(TaskExpectSpec):
     tasks: list[TaskExpectSpec] | None = None
+    # The code of why the job waits after the last round (model.REASON_CODES); `none`:
+    # it does not wait.
+    reason: str | None = None
+
+    @field_validator("reason")
+    @classmethod
+    def _known_code(cls, reason: str | None) -> str | None:
+        if reason is not None and reason != "none" and reason not in REASON_CODES:
+            raise ValueError(f"{reason!r} is not a reason code; use none or one of {', '.join(REASON_CODES)}")
+        return reason
 
 
 def _node_names(value: object) -> object:
@@ -205,6 +215,8 @@ class ScenarioFile(_Finite):
     actions: list[str] = Field(default_factory=lambda: list(DEFAULT_ACTIONS))
     rounds: int = Field(1, ge=1)
     now: Duration = 0.0
+    # An autoscaler may add nodes to this cluster (config.preemptionDelay applies).
+    cluster_can_grow: bool = False
     config: SchedulerOptions = Field(default_factory=lambda: SchedulerOptions.model_validate({}))
     nodes: Annotated[dict[str, NodeSpec], BeforeValidator(_node_names)]
     queues: list[ScenarioQueueSpec] | None = None

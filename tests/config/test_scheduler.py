@@ -23,6 +23,7 @@ def test_every_option_maps_to_the_core() -> None:
             "gpuDeviceOrder": "spread",
             "kValue": 0,
             "staleGangGracePeriod": "2m",
+            "preemptionDelay": "90s",
             "maxConsolidationPreemptees": 4,
             "fullHierarchyFairness": False,
             "actions": ["allocate", "reclaim"],
@@ -36,6 +37,7 @@ def test_every_option_maps_to_the_core() -> None:
         gpu_device_order="spread",
         k_value=0.0,
         stale_gang_grace_period=120.0,
+        preemption_delay_s=90.0,
         max_consolidation_preemptees=4,
         full_hierarchy_fairness=False,
         topologies={"dc": Topology("dc", ("zone", "rack"))},
@@ -66,6 +68,11 @@ INVALID: list[tuple[str, dict[str, Any], list[str]]] = [
     ("bad duration", {"staleGangGracePeriod": "soon"}, ["staleGangGracePeriod", "not a duration"]),
     ("negative window", {"usageWindow": "-1h"}, ["usageWindow: -3600s is negative; use 0 (time-based"]),
     ("negative half-life", {"usageHalfLife": -5}, ["usageHalfLife: -5s is negative; use 0 (no decay)"]),
+    (
+        "negative preemption delay",
+        {"preemptionDelay": "-2m"},
+        ["preemptionDelay: -120s is negative; use 0 (no wait for new nodes) or a duration such as 2m"],
+    ),
     ("unknown window type", {"usageWindowType": "hopping"}, ["usageWindowType", "'sliding' or 'tumbling'"]),
     ("unknown action", {"actions": ["allocate", "shuffle"]}, ["actions", "'shuffle' is not an"]),
     ("action twice", {"actions": ["allocate", "allocate"]}, ["'allocate' is listed twice"]),
@@ -98,3 +105,28 @@ def test_load_from_file(tmp_path: Path) -> None:
 def test_a_file_that_is_not_a_map() -> None:
     with pytest.raises(ConfigError, match="must be a map of scheduler options"):
         parse_scheduler_config(["allocate"])
+
+
+def test_a_command_lines_preemption_delay_replaces_the_files() -> None:
+    from kai_ray.config import with_preemption_delay
+
+    from_file = parse_scheduler_config({"preemptionDelay": "5m", "kValue": 0})
+    assert with_preemption_delay(from_file, None, "--preemption-delay") is from_file
+    assert with_preemption_delay(None, None, "--preemption-delay") is None
+    config = with_preemption_delay(from_file, "2m", "--preemption-delay")
+    assert config is not None and (config.preemption_delay_s, config.k_value) == (120.0, 0.0)
+    alone = with_preemption_delay(None, "90", "--preemption-delay")
+    assert alone == SchedulerConfig(preemption_delay_s=90.0)
+    for bad in ("soon", "-1m", "inf"):
+        with pytest.raises(ConfigError, match=r"--preemption-delay.*not a duration of 0 or more"):
+            with_preemption_delay(None, bad, "--preemption-delay")
+
+
+def test_both_backends_commands_take_the_preemption_delay() -> None:
+    from kai_ray.cli import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["start", "--preemption-delay", "2m"]).preemption_delay == "2m"
+    operator = parser.parse_args(["operator", "--cluster-can-grow", "--preemption-delay", "90s"])
+    assert operator.cluster_can_grow and operator.preemption_delay == "90s"
+    assert not parser.parse_args(["operator"]).cluster_can_grow

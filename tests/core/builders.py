@@ -38,6 +38,7 @@ class ClusterBuilder:
         self.jobs: list[JobInfo] = []
         self._job: JobInfo | None = None
         self._request = Request()
+        self._can_grow = False
 
     # -- nodes and queues
 
@@ -151,9 +152,14 @@ class ClusterBuilder:
     def failed(self, since: float = 0.0) -> ClusterBuilder:
         return self._task(TaskStatus.FAILED, since=since)
 
+    def grows(self) -> ClusterBuilder:
+        """An autoscaler may add nodes (ClusterSnapshot.can_grow)."""
+        self._can_grow = True
+        return self
+
     def build(self) -> ClusterSnapshot:
         queues = self.queues or [QueueInfo("default", quota=(UNLIMITED,) * 3)]
-        return ClusterSnapshot(list(self.nodes), list(queues), list(self.jobs))
+        return ClusterSnapshot(list(self.nodes), list(queues), list(self.jobs), can_grow=self._can_grow)
 
 
 def cycle(snap: ClusterSnapshot, *actions: str, now: float = 0.0, **config: Any) -> CycleResult:

@@ -87,7 +87,8 @@ class World:
         self.sitting: list[tuple[int, JobInfo]] = []  # (place, job) out of the list for now
 
     def snapshot(self) -> ClusterSnapshot:
-        return ClusterSnapshot(list(self.nodes), list(self.queues), list(self.jobs))
+        can_grow = self.config.preemption_delay_s > 0
+        return ClusterSnapshot(list(self.nodes), list(self.queues), list(self.jobs), can_grow=can_grow)
 
     def apply(self, op: tuple[Any, ...]) -> None:
         kind = op[0]
@@ -225,6 +226,9 @@ worlds = st.tuples(
     ),
     st.sampled_from(["binpack", "spread"]),
     st.sampled_from([0.0, 60.0]),
+    # A preemption delay on a cluster that can grow: held-back searches, and delays that
+    # end with the clock alone (it moves 1 s per step carried out).
+    st.sampled_from([0.0, 0.0, 2.0]),
 )
 
 
@@ -275,19 +279,24 @@ def both(world: World, cache: CycleCache) -> tuple[CycleResult, CycleResult]:
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(worlds, st.lists(st.tuples(st.lists(ops, max_size=5), st.booleans()), min_size=2, max_size=16))
 def test_the_incremental_cycle_decides_as_the_full_rebuild(
-    world_spec: tuple[list[tuple[int, float, bool]], str, float],
+    world_spec: tuple[list[tuple[int, float, bool]], str, float, float],
     steps: list[tuple[list[tuple[Any, ...]], bool]],
 ) -> None:
     run_both_ways(world_spec, steps)
 
 
 def run_both_ways(
-    world_spec: tuple[list[tuple[int, float, bool]], str, float],
+    world_spec: tuple[list[tuple[int, float, bool]], str, float, float],
     steps: list[tuple[list[tuple[Any, ...]], bool]],
 ) -> None:
-    shapes, placement, grace = world_spec
+    shapes, placement, grace, delay = world_spec
     nodes = [node(i, gpus, cpu, extended=ext) for i, (gpus, cpu, ext) in enumerate(shapes)]
-    config = SchedulerConfig(actions=DEFAULT_ACTIONS, gpu_placement=placement, stale_gang_grace_period=grace)
+    config = SchedulerConfig(
+        actions=DEFAULT_ACTIONS,
+        gpu_placement=placement,
+        stale_gang_grace_period=grace,
+        preemption_delay_s=delay,
+    )
     world = World(nodes, config)
     cache = CycleCache()
     for step, carried_out in steps:
@@ -316,7 +325,7 @@ job_ops = st.one_of(
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(worlds, st.lists(st.tuples(st.lists(job_ops, max_size=6), st.booleans()), min_size=2, max_size=20))
 def test_a_patched_line_of_jobs_decides_as_the_full_rebuild(
-    world_spec: tuple[list[tuple[int, float, bool]], str, float],
+    world_spec: tuple[list[tuple[int, float, bool]], str, float, float],
     steps: list[tuple[list[tuple[Any, ...]], bool]],
 ) -> None:
     run_both_ways(world_spec, steps)

@@ -23,6 +23,9 @@ class Case:
     actions: tuple[str, ...]
     default: dict[str, set[str]]  # decisions with the default policy
     replaced: dict[str, set[str]]  # decisions with the hook replaced
+    # A preemption delay, where the cluster can grow, and the time of the cycle.
+    preemption_delay: float = 0.0
+    now: float = 0.0
 
 
 def _never(*_: object) -> bool:
@@ -116,6 +119,16 @@ CASES = [
         {},
     ),
     Case(
+        "how long a job still waits for nodes before it may evict",
+        {"preemption_delay_left": lambda job, delay, now: 1.0},
+        _preemptible_pair(),
+        ("preempt",),
+        PREEMPTED,  # pending since 0, a delay of 60 s, at 100 s: over
+        {},
+        preemption_delay=60.0,
+        now=100.0,
+    ),
+    Case(
         "the reclaimer's path after reclaim",
         {"reclaim_keeps_bounds": _never},
         _reclaimable(),
@@ -129,10 +142,11 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_a_policy_hook_changes_the_decision_without_touching_the_actions(case: Case) -> None:
     snap = case.cluster.build()
-    config = SchedulerConfig(actions=case.actions)
-    assert outcome(run_cycle(snap, config, 0.0)) == case.default
+    snap.can_grow = case.preemption_delay > 0
+    config = SchedulerConfig(actions=case.actions, preemption_delay_s=case.preemption_delay)
+    assert outcome(run_cycle(snap, config, case.now)) == case.default
     policy = replace(DEFAULT_POLICY, **case.hook)
-    assert outcome(run_cycle(snap, config, 0.0, policy)) == case.replaced
+    assert outcome(run_cycle(snap, config, case.now, policy)) == case.replaced
 
 
 def test_every_hook_has_a_case() -> None:

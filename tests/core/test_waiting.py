@@ -186,6 +186,21 @@ CASES = [
         "(the last for 540s more)",
         actions=("allocate", "preempt"),
     ),
+    Case(
+        "preempting would make room, but an autoscaler may add nodes first",
+        ClusterBuilder()
+        .grows()
+        .node("n0", gpus=1)
+        .queue("q", gpu_quota=1)
+        .job("train", "q")
+        .running("n0")
+        .job("j", "q", priority="inference")
+        .pending(),
+        "preemption-delay",
+        "waiting up to 120s for new nodes before preempting (an autoscaler may add them); 120s left",
+        actions=("allocate", "preempt"),
+        config={"preemption_delay_s": 120.0},
+    ),
 ]
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+from kai_ray.api.operatorcommands import operator_options
 from kai_ray.cli import build_parser
 from kai_ray.testing.kuberay import kuberay_crds
 from tests.helm.test_chart import CRD_SOURCE, REPO, render
@@ -90,6 +91,13 @@ def test_the_base_renders_the_charts_rules_and_the_images_command(helm_kubectl: 
     assert args.scheduler_names == ["kai-ray", "kai-scheduler"] and args.default_queue == "default-queue"
     assert not args.install_crds and not args.in_ray  # the account may not write CRDs
     assert args.dashboard.startswith("127.0.0.1:")  # no Service, no token: port-forward only
+    # No autoscaler assumed, and no wait for nodes: what the operator does without either.
+    options = operator_options(args)
+    assert not options.cluster_can_grow and options.config.preemption_delay_s == 0.0
+    grown = operator_options(
+        build_parser().parse_args([*argv[1:], "--cluster-can-grow", "--preemption-delay=2m"])
+    )
+    assert grown.cluster_can_grow and grown.config.preemption_delay_s == 120.0
 
     queues = kustomize(kubectl, QUEUES)
     assert {q["metadata"]["name"]: q["spec"].get("parentQueue") for q in queues} == {

@@ -95,6 +95,47 @@ def test_values_reach_the_operator(helm_kubectl: tuple[str, str]) -> None:
     assert classes == {"train": 50, "build-preemptible": 75, "build": 100, "inference": 125}
 
 
+@pytest.mark.parametrize("mode", ["deployment", "kuberay"])
+def test_autoscaling_values_reach_the_operator(
+    helm_kubectl: tuple[str, str], mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kai_ray.api.operatorcommands import operator_options
+    from kai_ray.cli import build_parser
+
+    monkeypatch.setenv("KAI_RAY_DASHBOARD_TOKEN", "t")  # what the chart's Secret gives the pod
+    sets = (f"controller.mode={mode}",)
+    grows = (*sets, "autoscaling.clusterCanGrow=true", "autoscaling.preemptionDelay=2m")
+    for values, can_grow, delay in ((sets, False, 0.0), (grows, True, 120.0)):
+        argv = _operator_argv(render(helm_kubectl[0], *values))
+        options = operator_options(build_parser().parse_args(argv))
+        assert (options.cluster_can_grow, options.config.preemption_delay_s) == (can_grow, delay)
+    done = subprocess.run(
+        [helm_kubectl[0], "template", "x", str(CHART), "--set", "autoscaling.preemptionDelay=soon"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode != 0 and 'autoscaling.preemptionDelay is "soon": write a duration' in done.stderr
+
+
+def _operator_argv(docs: list[dict[str, Any]]) -> list[str]:
+    """`kai-ray operator ...` as the chart runs it: in the Deployment's script, or in the
+    RayCluster head's postStart."""
+    (head,) = [d for d in docs if d["kind"] in ("Deployment", "RayCluster")]
+    spec = (
+        head["spec"]["template"]
+        if head["kind"] == "Deployment"
+        else head["spec"]["headGroupSpec"]["template"]
+    )
+    container = spec["spec"]["containers"][0]
+    script = (
+        container["command"][2]
+        if "command" in container
+        else container["lifecycle"]["postStart"]["exec"]["command"][2]
+    )
+    (line,) = [ln for ln in script.splitlines() if "kai-ray operator" in ln]
+    return line.removesuffix("&&").split()[1:]
+
+
 def test_a_bad_controller_mode_is_refused_by_name(helm_kubectl: tuple[str, str]) -> None:
     done = subprocess.run(
         [helm_kubectl[0], "template", "x", str(CHART), "--set", "controller.mode=vm"],

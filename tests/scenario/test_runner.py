@@ -16,6 +16,7 @@ from kai_ray.core.model import (
     CycleResult,
     Evict,
     Pipeline,
+    Reason,
     SchedulerConfig,
     TaskInfo,
     TaskStatus,
@@ -234,3 +235,14 @@ def test_a_decision_that_cannot_be_applied_fails_the_scenario() -> None:
 
 def test_a_scenario_without_expectations_passes_when_it_runs() -> None:
     assert run_scenario(scenario().job("j").load(), ScriptedCore()).passed
+
+
+def test_an_expected_reason_code_is_checked_against_the_last_round() -> None:
+    loaded = scenario().job("j").job("k").expect("j", reason="no-room").expect("k", reason="none").load()
+    waiting = {"j": Reason("queue-limit", "at its limit"), "k": Reason("no-room", "no room")}
+    core = ScriptedCore(CycleResult(decisions=[], pending_reasons={}, queues={}, waiting=waiting))
+    result = run_scenario(loaded, core)
+    assert [str(m) for m in result.mismatches] == [
+        "job j: reason expected no-room, actual queue-limit",
+        "job k: reason expected none, actual no-room",
+    ]

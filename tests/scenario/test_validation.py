@@ -113,6 +113,21 @@ CASES = [
         ("job 'j': tasks[0].state", "'Pending', 'Running', 'Releasing', 'Succeeded'"),
     ),
     Case(
+        "unknown reason code",
+        b(scenario().job("j").expect("j", reason="busy")),
+        ("expectation for job 'j': reason", "'busy' is not a reason code", "preemption-delay"),
+    ),
+    Case(
+        "negative preemption delay",
+        b(scenario().job("j").set("config", {"preemptionDelay": "-1m"})),
+        ("preemptionDelay", "-60s is negative; use 0 (no wait for new nodes)"),
+    ),
+    Case(
+        "cluster can grow is not a bool",
+        b(scenario().job("j").set("clusterCanGrow", "maybe")),
+        ("clusterCanGrow",),
+    ),
+    Case(
         "bad expected status",
         b(scenario().job("j").expect("j", status="Done")),
         ("expectation for job 'j': status", "'Pipelined'"),

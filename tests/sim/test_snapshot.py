@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -79,9 +80,26 @@ def test_replay_with_another_config(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert decisions_json(replay(read_snapshot(_document(ctl))))["evict"] == own["evict"]
 
 
+def test_a_growing_cluster_and_its_preemption_delay_travel_with_the_snapshot() -> None:
+    """Saved where an autoscaler may add nodes, replayed with the delay: the reclaim waits."""
+    ctl = _controller()
+    snap = build_snapshot(
+        ctl.workloads.values(), ctl.nodes.values(), ctl.queues, ctl.node_label, can_grow=True
+    )
+    config = dataclasses.replace(ctl.config, preemption_delay_s=60.0)
+    back = read_snapshot(json.loads(json.dumps(write_snapshot(snap, config, 110.0, "test"))))
+    assert back.snapshot.can_grow and back.config.preemption_delay_s == 60.0
+    waiting = replay(back)
+    assert not waiting.decisions and waiting.waiting["small"].code == "preemption-delay"
+    older = _document(ctl)
+    del older["can_grow"]  # a file saved before the field existed
+    assert not read_snapshot(older).snapshot.can_grow
+
+
 @pytest.mark.parametrize(
     ("change", "expected"),
     [
+        ({"can_grow": "yes"}, "can_grow: must be true or false"),
         ({"format": "something"}, "format: not a kai-ray snapshot"),
         ({"version": 99}, "version: 99 is not supported"),
         ({"nodes": [{"name": "n", "gpu": 8}]}, r"nodes\[0\].gpu: unknown field"),
