@@ -56,14 +56,16 @@ class Placer:
 
     def job_mask(self, job: Job) -> BoolArray:
         """Like base_mask, but a job with a required topology level stays in the domain
-        where its active tasks already run (elastic growth keeps the gang together), and
+        where its active tasks already run (elastic growth keeps the gang together), or in
+        some domain of that level when none runs, and
         a job that requires spreading keeps off the nodes its tasks already hold."""
         mask = self.base_mask(job)
         constraint = job.info.topology
         if constraint is not None and constraint.required:
             ids, _ = self.domains(constraint.required)
             domains = {int(ids[t.node]) for t in job.tasks if t.status.is_active and t.node >= 0}
-            mask = mask & np.isin(ids, list(domains)) if domains else mask
+            # A node without the level's label is in no domain: never one for this job.
+            mask = mask & (np.isin(ids, list(domains)) if domains else ids >= 0)
         if job.info.spread == "required":
             held = list(self.own_counts(job))
             if held:
