@@ -18,7 +18,9 @@ from kai_ray.core import REASON_CODES, Reason
 __all__ = ["CAPACITY_CODES", "HELD_CODES", "autoscaler_bundles", "room_would_help", "wants_capacity"]
 
 # More or other nodes would let the work start.
-CAPACITY_CODES = frozenset({"gang-too-big", "node-selector", "topology", "spread", "no-room", "min-runtime"})
+CAPACITY_CODES = frozenset(
+    {"gang-too-big", "node-selector", "node-affinity", "topology", "spread", "no-room", "min-runtime"}
+)
 # Held back by policy, or not startable at all: no node would help.
 HELD_CODES = frozenset(REASON_CODES) - CAPACITY_CODES
 

@@ -20,17 +20,19 @@ How a queue's figures are summed from these counts, in one order for both: leafs
 from __future__ import annotations
 
 import enum
+import operator
 
 from kai_ray.core.cluster import Job, Nodes, PerRequest, Task
 from kai_ray.core.model import TaskInfo, TaskStatus
 
-__all__ = ["QueueCount", "count_tasks", "make_task", "queue_count"]
+__all__ = ["QueueCount", "constrain", "count_tasks", "make_task", "queue_count"]
 
 # Tuples, not sets: a tuple finds a member by identity, a set hashes it (in Python, for
 # an Enum), and these are asked once or twice per task of the full build.
 _HOLDS_NODE = tuple(s for s in TaskStatus if s.holds_capacity)
 _ACTIVE = tuple(s for s in TaskStatus if s.is_active)
 _PENDING, _BINDING, _RUNNING = TaskStatus.PENDING, TaskStatus.BINDING, TaskStatus.RUNNING
+_AFFINITY = operator.attrgetter("node_affinity")
 
 
 class QueueCount(enum.Enum):
@@ -74,3 +76,17 @@ def count_tasks(job: Job) -> None:
         and first.amount is not None
         and all(t.demand is first.demand and t.amount is first.amount for t in job.tasks)
     )
+
+
+def constrain(job: Job) -> None:
+    """The nodes a job's tasks may use, as the working state keys them: the node selector
+    sorted; a required node affinity on the job when all its tasks share one (the common
+    case, placed like a selector: per job), else `per_task` (each task's own counts)."""
+    info = job.info
+    if info.node_selector:
+        job.selector = tuple(sorted(info.node_selector.items()))
+    distinct = set(map(_AFFINITY, info.tasks))  # at C speed: most jobs give {None}
+    if len(distinct) > 1:
+        job.per_task = True
+    elif distinct:
+        job.affinity = distinct.pop()

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from kai_ray.core.accounting import QueueCount, count_tasks, make_task, queue_count
+from kai_ray.core.accounting import QueueCount, constrain, count_tasks, make_task, queue_count
 from kai_ray.core.cluster import (
     ClusterState,
     FloatArray,
@@ -99,8 +99,7 @@ class _Builder:
                 state.invalid[info.name] = reason
                 continue
             job = Job(info=info, queue=tree.index[info.queue], order=order)
-            if info.node_selector:
-                job.selector = tuple(sorted(info.node_selector.items()))
+            constrain(job)
             tasks = info.tasks
             if not (tasks and tasks[0].status is _PENDING and self._all_pending(job, tasks)):
                 for i, t in enumerate(info.tasks):

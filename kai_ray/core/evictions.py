@@ -30,6 +30,7 @@ from kai_ray.core.context import CycleContext
 from kai_ray.core.failedsearches import FailedSearches, FailureKey, search_key
 from kai_ray.core.hooks import ReclaimSides
 from kai_ray.core.model import Reason, TaskStatus
+from kai_ray.core.reasons import unmet_affinity
 from kai_ray.core.settling import each_waiting_gang
 from kai_ray.core.victims import (
     Allowed,
@@ -87,6 +88,8 @@ def make_room(ctx: CycleContext, job: Job, search: VictimSearch, failed: FailedS
     gang = job.missing()
     if not gang or len(gang) < job.gang - job.active_count:
         return False
+    if unmet_affinity(ctx.placer, gang) is not None:
+        return False  # no victim frees a node that does not exist (allocate said so)
     key = search_key(job, gang, search.action)
     if failed.known(key):
         _say(ctx, job, failed.reason(key))

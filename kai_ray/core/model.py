@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from kai_ray.core.affinity import NodeAffinity, NodeRequirement, NodeSelectorTerm
 from kai_ray.core.gpushare import device_share, shares_device
 
 __all__ = [
@@ -32,7 +33,10 @@ __all__ = [
     "Decision",
     "Evict",
     "JobInfo",
+    "NodeAffinity",
     "NodeInfo",
+    "NodeRequirement",
+    "NodeSelectorTerm",
     "Pipeline",
     "QueueInfo",
     "QueueStatus",
@@ -170,6 +174,9 @@ class TaskInfo:
     node: str | None = None
     gpu_group: int | None = None  # device index on its node, for fractional tasks
     since: float = 0.0  # absolute time the task entered its status
+    # The nodes this task may use beyond its job's node selector (required node affinity
+    # and its own nodeSelector pairs); None: any the job may use. Tasks of one job may differ.
+    node_affinity: NodeAffinity | None = None
 
 
 # JobInfo.spread: none, one task per node when possible, one task per node or wait.
@@ -281,6 +288,7 @@ REASON_CODES: tuple[str, ...] = (
     "gang-incomplete",  # fewer tasks left than its gang (some failed or finished)
     "gang-too-big",  # can never fit the cluster as it is, even empty
     "node-selector",  # no schedulable node matches its node selector
+    "node-affinity",  # no schedulable node meets the required node affinity of one of its tasks
     "topology",  # no domain of its required topology level has room
     "spread",  # too few nodes with room hold none of its tasks (required spread)
     "no-room",  # would fit the empty cluster, not the room free now; no victim makes room

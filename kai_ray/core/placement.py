@@ -10,23 +10,26 @@ import numpy as np
 
 from kai_ray.core.cluster import EPS, BoolArray, ClusterState, FloatArray, Job, Task
 from kai_ray.core.gpushare import device_shares
-from kai_ray.core.model import SchedulerConfig, TaskStatus, TopologyConstraint
+from kai_ray.core.model import NodeAffinity, SchedulerConfig, TaskStatus, TopologyConstraint
 from kai_ray.core.nodeindex import GpuBuckets
-from kai_ray.core.nodesets import Domains, domain_ids, selector_mask
+from kai_ray.core.nodesets import Domains, affinity_mask, domain_ids, selector_mask
 from kai_ray.core.statement import Statement
 
 __all__ = ["Placer", "Spot"]
 
 T = TypeVar("T")
 Spot = tuple[int, int, bool]  # node, device (-1 unless fractional), pipelined
+BaseKey = tuple[tuple[tuple[str, str], ...], NodeAffinity | None]  # a job's selector and affinity
 _NONE_FITS, _UNSURE, _MAX_SCAN = -1, -2, 64
+_ANY: BaseKey = ((), None)  # no selector, no affinity: every schedulable node
 
 
 class Placer:
     def __init__(self, state: ClusterState, config: SchedulerConfig) -> None:
         self.state = state
         self.config = config
-        self._selector_masks: dict[tuple[tuple[str, str], ...], BoolArray] = {}
+        self._base_masks: dict[BaseKey, BoolArray] = {}
+        self._affinity_masks: dict[NodeAffinity, BoolArray] = {}  # per task affinity (by value)
         self._domains: dict[str, Domains] = {}
         self._buckets: GpuBuckets | None = None
         # Per demand vector (shared by tasks of one request): its non-GPU columns.
@@ -47,12 +50,32 @@ class Placer:
     # ------------------------------------------------------------ filters
 
     def base_mask(self, job: Job) -> BoolArray:
-        """Schedulable nodes that match the job's node selector (cached per selector)."""
-        key = job.selector
-        mask = self._selector_masks.get(key)
+        """Schedulable nodes that match the job's node selector and the affinity all its
+        tasks share (cached per both)."""
+        key = (job.selector, job.affinity)
+        mask = self._base_masks.get(key)
         if mask is None:
-            mask = self._selector_masks[key] = selector_mask(self.state.nodes, key)
+            mask = selector_mask(self.state.nodes, job.selector)
+            if job.affinity is not None:
+                mask &= self.affinity_mask(job.affinity)
+            self._base_masks[key] = mask
         return mask
+
+    def affinity_mask(self, affinity: NodeAffinity) -> BoolArray:
+        """Schedulable nodes the affinity admits (cached per distinct affinity)."""
+        mask = self._affinity_masks.get(affinity)
+        if mask is None:
+            mask = self._affinity_masks[affinity] = affinity_mask(self.state.nodes, affinity)
+        return mask
+
+    def task_mask(self, task: Task, mask: BoolArray) -> BoolArray:
+        """`mask` narrowed to the nodes the task's own affinity admits, for a job whose
+        tasks differ (a head without one, GPU workers with one); else `mask` itself, so
+        the usual job pays nothing and keeps the fast paths keyed on the mask's identity."""
+        if not task.job.per_task:
+            return mask
+        own = task.info.node_affinity
+        return mask if own is None else mask & self.affinity_mask(own)
 
     def job_mask(self, job: Job) -> BoolArray:
         """Like base_mask, but a job with a required topology level stays in the domain
@@ -124,7 +147,7 @@ class Placer:
         return int(np.argmin(np.where(candidates, score, np.inf)))
 
     def choose(self, task: Task, mask: BoolArray, allow_pipeline: bool) -> Spot | None:
-        if mask is self._selector_masks.get(()) and not task.fraction_request and task.demand[0] >= 1:
+        if mask is self._base_masks.get(_ANY) and not task.fraction_request and task.demand[0] >= 1:
             node = self._first_in_buckets(task)
             if node >= 0:
                 return node, -1, False
@@ -234,8 +257,10 @@ class Placer:
         self, task: Task, mask: BoolArray, allow_pipeline: bool, counts: dict[int, int] | None = None
     ) -> Spot | None:
         """Where one task goes: the usual choice, or the spreading rule for a job that
-        spreads. Every action places through here, so they all spread alike. `counts`:
-        the job's tasks per node, when the caller keeps them (else counted now)."""
+        spreads. Every action places through here, so they all spread alike, and all
+        keep a task to the nodes its own affinity admits. `counts`: the job's tasks per
+        node, when the caller keeps them (else counted now)."""
+        mask = self.task_mask(task, mask)
         if not task.job.info.spread:
             return self.choose(task, mask, allow_pipeline)
         return self._spread_spot(
@@ -284,7 +309,8 @@ class Placer:
         return (
             (len(tasks) == 1 or self.config.gpu_placement == "binpack")
             and first.status is TaskStatus.PENDING
-            and mask is self._selector_masks.get(())
+            and mask is self._base_masks.get(_ANY)
+            and not first.job.per_task
             and not first.fraction_request
             and first.demand[0] >= 1
             and (first.job.uniform or all(t.demand is first.demand for t in tasks))

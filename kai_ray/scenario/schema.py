@@ -119,6 +119,9 @@ class TaskSpec(_Finite):
     gpu_memory: Quantity | None = Field(None, gt=0)
     cpu: Quantity | None = Field(None, ge=0)
     memory: Quantity | None = Field(None, ge=0)
+    # Kubernetes' nodeSelectorTerms (read by kai_ray.control.affinity, which names what
+    # is wrong and where); replaces the job's nodeAffinity for this task.
+    node_affinity: list[Any] | None = None
 
 
 class TaskCountSpec(TaskSpec):
@@ -155,6 +158,7 @@ class JobSpec(_Finite):
     memory: Quantity = Field(0.0, ge=0)
     topology: TopologyRefSpec | None = None
     node_selector: Labels = Field(default_factory=dict)
+    node_affinity: list[Any] | None = None  # for every task that gives none of its own
     stale_since: Duration | None = None  # relative to `now`
     tasks: Tasks
 
