@@ -20,7 +20,6 @@ How a queue's figures are summed from these counts, in one order for both: leafs
 from __future__ import annotations
 
 import enum
-import operator
 
 from kai_ray.core.cluster import Job, Nodes, PerRequest, Task
 from kai_ray.core.model import TaskInfo, TaskStatus
@@ -32,7 +31,6 @@ __all__ = ["QueueCount", "constrain", "count_tasks", "make_task", "queue_count"]
 _HOLDS_NODE = tuple(s for s in TaskStatus if s.holds_capacity)
 _ACTIVE = tuple(s for s in TaskStatus if s.is_active)
 _PENDING, _BINDING, _RUNNING = TaskStatus.PENDING, TaskStatus.BINDING, TaskStatus.RUNNING
-_AFFINITY = operator.attrgetter("node_affinity")
 
 
 class QueueCount(enum.Enum):
@@ -79,14 +77,15 @@ def count_tasks(job: Job) -> None:
 
 
 def constrain(job: Job) -> None:
-    """The nodes a job's tasks may use, as the working state keys them: the node selector
-    sorted; a required node affinity on the job when all its tasks share one (the common
-    case, placed like a selector: per job), else `per_task` (each task's own counts)."""
-    info = job.info
-    if info.node_selector:
-        job.selector = tuple(sorted(info.node_selector.items()))
-    distinct = set(map(_AFFINITY, info.tasks))  # at C speed: most jobs give {None}
-    if len(distinct) > 1:
-        job.per_task = True
-    elif distinct:
-        job.affinity = distinct.pop()
+    """The required node affinity of a job's tasks, as the working state keys it: on the
+    job when all its tasks share one (the common case, placed like a node selector: per
+    job), else `per_task` (each task's own counts). A build that already found every
+    task holding the very same affinity object sets `job.affinity` to it: the same rule."""
+    tasks = job.info.tasks
+    first = tasks[0].node_affinity if tasks else None
+    for t in tasks:  # a plain loop: the cheapest way through the usual all-None job
+        other = t.node_affinity
+        if other is not first and other != first:
+            job.per_task = True
+            return
+    job.affinity = first

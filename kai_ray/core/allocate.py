@@ -95,7 +95,7 @@ def _place_gang(
             ctx.stmt.set_reason(job.name, problem)
             return False
     # Before the look-alikes' shared failures: this reason names the job's own task.
-    unmet = unmet_affinity(ctx.placer, gang)
+    unmet = unmet_affinity(ctx.placer, gang) if job.per_task else None
     if unmet is not None:
         ctx.stmt.set_reason(job.name, unmet)
         return False

@@ -19,17 +19,19 @@ __all__ = ["Placer", "Spot"]
 
 T = TypeVar("T")
 Spot = tuple[int, int, bool]  # node, device (-1 unless fractional), pipelined
-BaseKey = tuple[tuple[tuple[str, str], ...], NodeAffinity | None]  # a job's selector and affinity
+Selector = tuple[tuple[str, str], ...]
 _NONE_FITS, _UNSURE, _MAX_SCAN = -1, -2, 64
-_ANY: BaseKey = ((), None)  # no selector, no affinity: every schedulable node
 
 
 class Placer:
     def __init__(self, state: ClusterState, config: SchedulerConfig) -> None:
         self.state = state
         self.config = config
-        self._base_masks: dict[BaseKey, BoolArray] = {}
-        self._affinity_masks: dict[NodeAffinity, BoolArray] = {}  # per task affinity (by value)
+        # Base masks: per selector for the usual job (no affinity), per selector and
+        # affinity for a job whose tasks share one; `()` keys every schedulable node.
+        self._selector_masks: dict[Selector, BoolArray] = {}
+        self._base_masks: dict[tuple[Selector, NodeAffinity], BoolArray] = {}
+        self._affinity_masks: dict[NodeAffinity, BoolArray] = {}  # per affinity (by value)
         self._domains: dict[str, Domains] = {}
         self._buckets: GpuBuckets | None = None
         # Per demand vector (shared by tasks of one request): its non-GPU columns.
@@ -52,14 +54,16 @@ class Placer:
     def base_mask(self, job: Job) -> BoolArray:
         """Schedulable nodes that match the job's node selector and the affinity all its
         tasks share (cached per both)."""
-        key = (job.selector, job.affinity)
-        mask = self._base_masks.get(key)
+        selector, affinity = job.selector, job.affinity
+        mask = self._selector_masks.get(selector)
         if mask is None:
-            mask = selector_mask(self.state.nodes, job.selector)
-            if job.affinity is not None:
-                mask &= self.affinity_mask(job.affinity)
-            self._base_masks[key] = mask
-        return mask
+            mask = self._selector_masks[selector] = selector_mask(self.state.nodes, selector)
+        if affinity is None:
+            return mask
+        narrowed = self._base_masks.get((selector, affinity))
+        if narrowed is None:
+            narrowed = self._base_masks[(selector, affinity)] = mask & self.affinity_mask(affinity)
+        return narrowed
 
     def affinity_mask(self, affinity: NodeAffinity) -> BoolArray:
         """Schedulable nodes the affinity admits (cached per distinct affinity)."""
@@ -147,7 +151,7 @@ class Placer:
         return int(np.argmin(np.where(candidates, score, np.inf)))
 
     def choose(self, task: Task, mask: BoolArray, allow_pipeline: bool) -> Spot | None:
-        if mask is self._base_masks.get(_ANY) and not task.fraction_request and task.demand[0] >= 1:
+        if mask is self._selector_masks.get(()) and not task.fraction_request and task.demand[0] >= 1:
             node = self._first_in_buckets(task)
             if node >= 0:
                 return node, -1, False
@@ -260,7 +264,8 @@ class Placer:
         spreads. Every action places through here, so they all spread alike, and all
         keep a task to the nodes its own affinity admits. `counts`: the job's tasks per
         node, when the caller keeps them (else counted now)."""
-        mask = self.task_mask(task, mask)
+        if task.job.per_task:
+            mask = self.task_mask(task, mask)
         if not task.job.info.spread:
             return self.choose(task, mask, allow_pipeline)
         return self._spread_spot(
@@ -309,7 +314,7 @@ class Placer:
         return (
             (len(tasks) == 1 or self.config.gpu_placement == "binpack")
             and first.status is TaskStatus.PENDING
-            and mask is self._base_masks.get(_ANY)
+            and mask is self._selector_masks.get(())
             and not first.job.per_task
             and not first.fraction_request
             and first.demand[0] >= 1

@@ -400,6 +400,8 @@ def _make_job(info: JobInfo, state: ClusterState, requests: RequestCache) -> Job
     """A Job with its tasks as the full build makes them, nothing charged yet."""
     nodes = state.nodes
     job = Job(info=info, queue=state.tree.index[info.queue], order=0)
+    if info.node_selector:
+        job.selector = tuple(sorted(info.node_selector.items()))
     constrain(job)
     for i, t in enumerate(info.tasks):
         req = t.request
