@@ -20,7 +20,16 @@ __all__ = ["CAPACITY_CODES", "HELD_CODES", "autoscaler_bundles", "room_would_hel
 # More or other nodes would let the work start. A gang waiting out its preemption delay
 # waits for exactly that: new nodes, before it takes running work's room.
 CAPACITY_CODES = frozenset(
-    {"gang-too-big", "node-selector", "topology", "spread", "no-room", "min-runtime", "preemption-delay"}
+    {
+        "gang-too-big",
+        "node-selector",
+        "node-affinity",
+        "topology",
+        "spread",
+        "no-room",
+        "min-runtime",
+        "preemption-delay",
+    }
 )
 # Held back by policy, or not startable at all: no node would help.
 HELD_CODES = frozenset(REASON_CODES) - CAPACITY_CODES

@@ -24,7 +24,7 @@ import enum
 from kai_ray.core.cluster import Job, Nodes, PerRequest, Task
 from kai_ray.core.model import TaskInfo, TaskStatus
 
-__all__ = ["QueueCount", "count_tasks", "make_task", "queue_count"]
+__all__ = ["QueueCount", "constrain", "count_tasks", "make_task", "queue_count"]
 
 # Tuples, not sets: a tuple finds a member by identity, a set hashes it (in Python, for
 # an Enum), and these are asked once or twice per task of the full build.
@@ -74,3 +74,18 @@ def count_tasks(job: Job) -> None:
         and first.amount is not None
         and all(t.demand is first.demand and t.amount is first.amount for t in job.tasks)
     )
+
+
+def constrain(job: Job) -> None:
+    """The required node affinity of a job's tasks, as the working state keys it: on the
+    job when all its tasks share one (the common case, placed like a node selector: per
+    job), else `per_task` (each task's own counts). A build that already found every
+    task holding the very same affinity object sets `job.affinity` to it: the same rule."""
+    tasks = job.info.tasks
+    first = tasks[0].node_affinity if tasks else None
+    for t in tasks:  # a plain loop: the cheapest way through the usual all-None job
+        other = t.node_affinity
+        if other is not first and other != first:
+            job.per_task = True
+            return
+    job.affinity = first

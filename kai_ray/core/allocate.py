@@ -11,7 +11,7 @@ from kai_ray.core.cluster import Job, Task
 from kai_ray.core.context import CycleContext
 from kai_ray.core.failedsearches import FailedSearches, search_key
 from kai_ray.core.model import Reason
-from kai_ray.core.reasons import explain_unplaced
+from kai_ray.core.reasons import explain_unplaced, unmet_affinity
 from kai_ray.core.settling import SureToFail
 from kai_ray.core.subgroups import tally
 from kai_ray.core.words import agree, count
@@ -107,6 +107,11 @@ def _place_gang(
         if problem is not None:
             ctx.stmt.set_reason(job.name, problem)
             return False
+    # Before the look-alikes' shared failures: this reason names the job's own task.
+    unmet = unmet_affinity(ctx.placer, gang) if job.per_task else None
+    if unmet is not None:
+        ctx.stmt.set_reason(job.name, unmet)
+        return False
     key = search_key(job, gang, action) if failed is not None else ()
     if failed is not None and failed.known(key):
         reason = failed.reason(key)

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from kai_ray.core.accounting import QueueCount, count_tasks, make_task, queue_count
+from kai_ray.core.accounting import QueueCount, constrain, count_tasks, make_task, queue_count
 from kai_ray.core.cluster import (
     ClusterState,
     FloatArray,
@@ -106,23 +106,27 @@ class _Builder:
                 for i, t in enumerate(info.tasks):
                     job.tasks.append(self._task(job, i, t))
                 count_tasks(job)
+                constrain(job)
             state.jobs.append(job)
             state.job_index[job.name] = job
         self._flush()
 
     def _all_pending(self, job: Job, infos: Sequence[TaskInfo]) -> bool:
-        """The common case, a job still waiting whole with one shared request: its tasks
-        are built and counted in one go. False (nothing done) for any other job."""
-        req = infos[0].request
+        """The common case, a job still waiting whole with one shared request and one
+        shared affinity object (None, mostly: then the job's, as accounting.constrain
+        has it): its tasks are built and counted in one go. False (nothing done) for any
+        other job."""
+        req, affinity = infos[0].request, infos[0].node_affinity
         pending = TaskStatus.PENDING
         for t in infos:
-            if t.status is not pending or t.request is not req:
+            if t.status is not pending or t.request is not req or t.node_affinity is not affinity:
                 return False
         demand, amount, fractional = self._per_request_cached(req)
         if amount is None:
             return False  # gpu-memory slices: sized per node, charged one by one
         # Every task pending: each counts as requested (accounting.queue_count).
         job.uniform = True
+        job.affinity = affinity
         job.pending_count = len(infos)
         job.tasks = [
             Task(t, job, i, demand, fractional, pending, since=t.since, amount=amount)

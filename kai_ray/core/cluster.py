@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from kai_ray.core.gpushare import device_share, fixed_share, shares_device, whole_devices
-from kai_ray.core.model import JobInfo, NodeInfo, Request, TaskInfo, TaskStatus
+from kai_ray.core.model import JobInfo, NodeAffinity, NodeInfo, Request, TaskInfo, TaskStatus
 from kai_ray.core.queues import QueueTree
 from kai_ray.core.subgroups import WHOLE, pick, shortfall, surplus, tally
 
@@ -174,6 +174,11 @@ class Job:
     tasks: list[Task] = field(default_factory=list)
     active_count: int = 0  # tasks counting toward the gang; kept by the Statement
     selector: tuple[tuple[str, str], ...] = ()  # node selector, sorted: a cache key
+    # Required node affinity (accounting.constrain): `affinity` when every task has the
+    # same one (it narrows the job's base mask, as the selector does); else `per_task`,
+    # and each task narrows the mask by its own (Placer.task_mask).
+    affinity: NodeAffinity | None = None
+    per_task: bool = False
     # Every task shares one demand and one queue amount (not sized per node): any n of
     # its tasks ask for n times the first one's.
     uniform: bool = False

@@ -11,6 +11,7 @@ from kai_ray.core.cluster import EPS, Job, Task
 from kai_ray.core.context import CycleContext
 from kai_ray.core.failedsearches import FailedSearches, search_key
 from kai_ray.core.preemptiondelay import HeldBack
+from kai_ray.core.reasons import unmet_affinity
 from kai_ray.core.settling import each_waiting_gang
 from kai_ray.core.victims import Unit, evict_unit, victim_units
 
@@ -37,7 +38,7 @@ def _step(ctx: CycleContext, job: Job, failed: FailedSearches, held: HeldBack) -
     if job.incomplete():
         return  # too few tasks are left for its gang (or a subgroup's): it never starts part-way
     gang = job.missing()
-    if gang and ctx.policy.may_be_victim(job):
+    if gang and ctx.policy.may_be_victim(job) and unmet_affinity(ctx.placer, gang) is None:
         # The key first: summing the free room over ten thousand nodes for each of a
         # thousand look-alike jobs would cost more than the rest of the action.
         key = search_key(job, gang, "consolidation")

@@ -21,7 +21,7 @@ import numpy as np
 from kai_ray.core.cluster import EPS, BoolArray, FloatArray, Nodes, node_demand
 from kai_ray.core.gpushare import device_shares
 from kai_ray.core.model import JobInfo, NodeInfo, Request
-from kai_ray.core.nodesets import Domains, domain_ids, selector_mask
+from kai_ray.core.nodesets import Domains, affinity_mask, domain_ids, selector_mask
 from kai_ray.core.subgroups import gang_tasks
 from kai_ray.core.words import count, gang_words, level_noun
 
@@ -66,7 +66,8 @@ def gang_never_fits(nodes: Sequence[NodeInfo], job: JobInfo) -> str | None:
     it never can, in words for the user (starting `gang of N tasks (...) cannot fit in
     this cluster as it is`), naming the fix.
 
-    Honours the job's node selector, unschedulable nodes, required spreading, a
+    Honours the job's node selector (and a required node affinity all its tasks
+    share), unschedulable nodes, required spreading, a
     required topology level and fractional GPUs. The gang is the job's active tasks plus
     its first pending ones up to `gang_size` (for a new job: its first gang_size tasks;
     with subgroups, each subgroup's first ones up to its minimum: subgroups.gang_tasks).
@@ -75,6 +76,9 @@ def gang_never_fits(nodes: Sequence[NodeInfo], job: JobInfo) -> str | None:
     gang = _gang_requests(job)
     arrays = _arrays(nodes, gang)
     mask = selector_mask(arrays, job.node_selector)
+    shared = {t.node_affinity for t in job.tasks}
+    if len(shared) == 1 and None not in shared:
+        mask &= affinity_mask(arrays, shared.pop())
     level = job.topology.required if job.topology is not None else None
     domains = domain_ids(arrays, level) if level else None
     return gang_problem(arrays, gang, mask, job, domains) or None

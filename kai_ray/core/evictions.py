@@ -31,6 +31,7 @@ from kai_ray.core.failedsearches import FailedSearches, FailureKey, search_key
 from kai_ray.core.hooks import ReclaimSides
 from kai_ray.core.model import Reason, TaskStatus
 from kai_ray.core.preemptiondelay import HeldBack
+from kai_ray.core.reasons import unmet_affinity
 from kai_ray.core.settling import each_waiting_gang
 from kai_ray.core.subgroups import short_words
 from kai_ray.core.victims import (
@@ -92,6 +93,8 @@ def make_room(
     gang = job.missing()
     if not gang or job.incomplete():
         return False
+    if unmet_affinity(ctx.placer, gang) is not None:
+        return False  # no victim frees a node that does not exist (allocate said so)
     key = search_key(job, gang, search.action)
     if failed.known(key):
         _say(ctx, job, failed.reason(key))

@@ -56,8 +56,9 @@ def search_key(
     """Every input of placing `tasks` (what the job still misses of its gang) for `job`
     in `action`, besides the cycle's state: the requests and their number, the gang (its
     minMember; a job whose gang is all its tasks places exactly that many; with
-    subgroups, their minimums and each task's subgroup), the node selector, the
-    topology constraint, the spreading, and the action's own inputs.
+    subgroups, their minimums and each task's subgroup), the node selector, the required
+    node affinity (the job's, or each task's where its tasks differ), the topology
+    constraint, the spreading, and the action's own inputs.
     A job with active tasks is keyed by itself: where they run shapes the search (its
     topology domain, its spread, its own tasks never being its victims).
     `tasks` may be a callable returning them, with `n` their number: then a key kept
@@ -85,12 +86,14 @@ def _search_key(job: Job, tasks: Sequence[Task], action: str) -> FailureKey:
         shapes = ("mixed", *(id(t.demand) for t in tasks))
     info = job.info
     own = id(job) if job.active_count else 0
+    affinity = tuple(t.info.node_affinity for t in tasks) if job.per_task else job.affinity
     placement: FailureKey = (
         shapes,
         info.min_member,
         job.active_count,
         own,
         job.selector,
+        affinity,
         info.topology,
         info.spread,
     )

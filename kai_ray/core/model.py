@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from kai_ray.core.affinity import NodeAffinity, NodeRequirement, NodeSelectorTerm
 from kai_ray.core.gpushare import device_share, shares_device
 
 __all__ = [
@@ -32,7 +33,10 @@ __all__ = [
     "Decision",
     "Evict",
     "JobInfo",
+    "NodeAffinity",
     "NodeInfo",
+    "NodeRequirement",
+    "NodeSelectorTerm",
     "Pipeline",
     "QueueInfo",
     "QueueStatus",
@@ -173,6 +177,9 @@ class TaskInfo:
     # The subgroup of its job it belongs to (JobInfo.subgroups); "" for none. Read only
     # when its job has subgroups: a task of a subgroup the job does not list is surplus.
     subgroup: str = ""
+    # The nodes this task may use beyond its job's node selector (required node affinity
+    # and its own nodeSelector pairs); None: any the job may use. Tasks of one job may differ.
+    node_affinity: NodeAffinity | None = None
 
 
 # JobInfo.spread: none, one task per node when possible, one task per node or wait.
@@ -302,6 +309,7 @@ REASON_CODES: tuple[str, ...] = (
     "gang-incomplete",  # fewer tasks left than its gang (some failed or finished)
     "gang-too-big",  # can never fit the cluster as it is, even empty
     "node-selector",  # no schedulable node matches its node selector
+    "node-affinity",  # no schedulable node meets the required node affinity of one of its tasks
     "topology",  # no domain of its required topology level has room
     "spread",  # too few nodes with room hold none of its tasks (required spread)
     "no-room",  # would fit the empty cluster, not the room free now; no victim makes room

@@ -10,15 +10,16 @@ import numpy as np
 
 from kai_ray.core.cluster import EPS, BoolArray, ClusterState, FloatArray, Job, Task
 from kai_ray.core.gpushare import device_shares
-from kai_ray.core.model import SchedulerConfig, TaskStatus, TopologyConstraint
+from kai_ray.core.model import NodeAffinity, SchedulerConfig, TaskStatus, TopologyConstraint
 from kai_ray.core.nodeindex import GpuBuckets
-from kai_ray.core.nodesets import Domains, domain_ids, selector_mask
+from kai_ray.core.nodesets import Domains, affinity_mask, domain_ids, selector_mask
 from kai_ray.core.statement import Statement
 
 __all__ = ["Placer", "Spot"]
 
 T = TypeVar("T")
 Spot = tuple[int, int, bool]  # node, device (-1 unless fractional), pipelined
+Selector = tuple[tuple[str, str], ...]
 _NONE_FITS, _UNSURE, _MAX_SCAN = -1, -2, 64
 
 
@@ -26,7 +27,11 @@ class Placer:
     def __init__(self, state: ClusterState, config: SchedulerConfig) -> None:
         self.state = state
         self.config = config
-        self._selector_masks: dict[tuple[tuple[str, str], ...], BoolArray] = {}
+        # Base masks: per selector for the usual job (no affinity), per selector and
+        # affinity for a job whose tasks share one; `()` keys every schedulable node.
+        self._selector_masks: dict[Selector, BoolArray] = {}
+        self._base_masks: dict[tuple[Selector, NodeAffinity], BoolArray] = {}
+        self._affinity_masks: dict[NodeAffinity, BoolArray] = {}  # per affinity (by value)
         self._domains: dict[str, Domains] = {}
         self._buckets: GpuBuckets | None = None
         # Per demand vector (shared by tasks of one request): its non-GPU columns.
@@ -47,12 +52,34 @@ class Placer:
     # ------------------------------------------------------------ filters
 
     def base_mask(self, job: Job) -> BoolArray:
-        """Schedulable nodes that match the job's node selector (cached per selector)."""
-        key = job.selector
-        mask = self._selector_masks.get(key)
+        """Schedulable nodes that match the job's node selector and the affinity all its
+        tasks share (cached per both)."""
+        selector, affinity = job.selector, job.affinity
+        mask = self._selector_masks.get(selector)
         if mask is None:
-            mask = self._selector_masks[key] = selector_mask(self.state.nodes, key)
+            mask = self._selector_masks[selector] = selector_mask(self.state.nodes, selector)
+        if affinity is None:
+            return mask
+        narrowed = self._base_masks.get((selector, affinity))
+        if narrowed is None:
+            narrowed = self._base_masks[(selector, affinity)] = mask & self.affinity_mask(affinity)
+        return narrowed
+
+    def affinity_mask(self, affinity: NodeAffinity) -> BoolArray:
+        """Schedulable nodes the affinity admits (cached per distinct affinity)."""
+        mask = self._affinity_masks.get(affinity)
+        if mask is None:
+            mask = self._affinity_masks[affinity] = affinity_mask(self.state.nodes, affinity)
         return mask
+
+    def task_mask(self, task: Task, mask: BoolArray) -> BoolArray:
+        """`mask` narrowed to the nodes the task's own affinity admits, for a job whose
+        tasks differ (a head without one, GPU workers with one); else `mask` itself, so
+        the usual job pays nothing and keeps the fast paths keyed on the mask's identity."""
+        if not task.job.per_task:
+            return mask
+        own = task.info.node_affinity
+        return mask if own is None else mask & self.affinity_mask(own)
 
     def job_mask(self, job: Job) -> BoolArray:
         """Like base_mask, but a job with a required topology level stays in the domain
@@ -236,8 +263,11 @@ class Placer:
         self, task: Task, mask: BoolArray, allow_pipeline: bool, counts: dict[int, int] | None = None
     ) -> Spot | None:
         """Where one task goes: the usual choice, or the spreading rule for a job that
-        spreads. Every action places through here, so they all spread alike. `counts`:
-        the job's tasks per node, when the caller keeps them (else counted now)."""
+        spreads. Every action places through here, so they all spread alike, and all
+        keep a task to the nodes its own affinity admits. `counts`: the job's tasks per
+        node, when the caller keeps them (else counted now)."""
+        if task.job.per_task:
+            mask = self.task_mask(task, mask)
         if not task.job.info.spread:
             return self.choose(task, mask, allow_pipeline)
         return self._spread_spot(
@@ -287,6 +317,7 @@ class Placer:
             (len(tasks) == 1 or self.config.gpu_placement == "binpack")
             and first.status is TaskStatus.PENDING
             and mask is self._selector_masks.get(())
+            and not first.job.per_task
             and not first.fraction_request
             and first.demand[0] >= 1
             and (first.job.uniform or all(t.demand is first.demand for t in tasks))

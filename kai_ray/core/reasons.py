@@ -7,13 +7,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from kai_ray.core.affinity import NodeAffinity, describe_affinity, describe_selector
 from kai_ray.core.cluster import EPS, Job, Task
 from kai_ray.core.emptyfit import gang_problem, room_when_empty
 from kai_ray.core.model import Reason
+from kai_ray.core.nodesets import selector_mask
 from kai_ray.core.placement import Placer
 from kai_ray.core.words import agree, count, describe_request, gang_words, level_noun, number
 
-__all__ = ["explain_unplaced", "never_fits"]
+__all__ = ["explain_unplaced", "never_fits", "unmet_affinity"]
 
 
 def never_fits(placer: Placer, task: Task, mask: np.ndarray) -> bool:
@@ -23,7 +25,7 @@ def never_fits(placer: Placer, task: Task, mask: np.ndarray) -> bool:
 
 def _never_fits_here(placer: Placer, job: Job, task: Task, mask: np.ndarray) -> bool:
     """never_fits for the job's base mask, which its node selector decides: kept."""
-    key = ("task never fits", task.request, job.selector)
+    key = ("task never fits", task.request, job.selector, job.affinity)
     return placer.node_fact(key, lambda: never_fits(placer, task, mask))
 
 
@@ -31,12 +33,11 @@ def explain_unplaced(placer: Placer, tasks: Sequence[Task]) -> Reason:
     """The constraint that blocked placing `tasks` (a gang, or one elastic task)."""
     job = tasks[0].job
     mask = placer.base_mask(job)
-    selector = job.info.node_selector
     if not mask.any():
-        if selector:
-            wanted = ", ".join(f"{k}={v}" for k, v in sorted(selector.items()))
-            return Reason("node-selector", f"no schedulable node matches nodeSelector {wanted}")
-        return Reason("node-selector", "no schedulable node in the cluster")
+        return _no_node(placer, job)
+    unmet = unmet_affinity(placer, tasks)
+    if unmet is not None:
+        return unmet
     task = tasks[0]
     if not job.is_whole():  # `tasks` are what the gang misses: could it ever start?
         problem = _gang_never_fits(placer, job, tasks, mask)
@@ -54,13 +55,61 @@ def explain_unplaced(placer: Placer, tasks: Sequence[Task]) -> Reason:
     return Reason("no-room", _room_reason(placer, task, mask, gang))
 
 
+def _no_node(placer: Placer, job: Job) -> Reason:
+    """Why no node is left for the job: its selector, or the affinity its tasks share."""
+    selector, affinity = job.selector, job.affinity
+    if affinity is not None:
+        key = ("selector admits some node", selector)
+        if placer.node_fact(key, lambda: bool(selector_mask(placer.state.nodes, selector).any())):
+            return _affinity_reason(affinity, "its tasks", selector)
+    if selector:
+        wanted = describe_selector(selector)
+        return Reason("node-selector", f"no schedulable node matches nodeSelector {wanted}")
+    return Reason("node-selector", "no schedulable node in the cluster")
+
+
+def unmet_affinity(placer: Placer, tasks: Sequence[Task]) -> Reason | None:
+    """The reason naming the first of `tasks` whose own affinity no node the job may use
+    meets (a job whose tasks differ), or None. Such a task waits whatever the room: no
+    search is needed to say so, and the reason names this job's own task."""
+    job = tasks[0].job
+    if not job.per_task:
+        return None
+    mask, last = placer.base_mask(job), None
+    for task in tasks:
+        own = task.info.node_affinity
+        if own is None or own is last:
+            continue
+        last = own
+        if not _met(placer, job, mask, own):
+            return _affinity_reason(own, f"task {task.info.name}", job.selector)
+    return None
+
+
+def _met(placer: Placer, job: Job, mask: np.ndarray, affinity: NodeAffinity) -> bool:
+    """Some node of the job's base mask (its selector's, here) meets the affinity: kept."""
+    key = ("affinity met", job.selector, affinity)
+    return placer.node_fact(key, lambda: bool((mask & placer.affinity_mask(affinity)).any()))
+
+
+def _affinity_reason(affinity: NodeAffinity, whose: str, selector: tuple[tuple[str, str], ...]) -> Reason:
+    """`no schedulable node meets the required node affinity of task w-1: gpu In [h100]`."""
+    also = f"; nodes must also match nodeSelector {describe_selector(selector)}" if selector else ""
+    if not affinity.terms:  # the task's own nodeSelector pairs alone
+        wanted = describe_selector(affinity.selector)
+        text = f"no schedulable node matches the nodeSelector of {whose}: {wanted}"
+        return Reason("node-selector", text + also)
+    text = f"no schedulable node meets the required node affinity of {whose}: {describe_affinity(affinity)}"
+    return Reason("node-affinity", text + also)
+
+
 def _gang_never_fits(placer: Placer, job: Job, missing: Sequence[Task], mask: np.ndarray) -> str:
     """gang_problem on the empty nodes: its inputs are the gang's requests, the job's
     node selector (its mask), spreading and topology level: kept per those."""
     gang = [t.request for t in job.tasks if t.status.is_active] + [t.request for t in missing]
     constraint = job.info.topology
     level = constraint.required if constraint is not None else None
-    key = ("gang never fits", tuple(gang), job.selector, job.info.spread, level)
+    key = ("gang never fits", tuple(gang), job.selector, job.affinity, job.info.spread, level)
 
     def work_out() -> str:
         domains = placer.domains(level) if level else None
@@ -105,7 +154,7 @@ def _room_reason(placer: Placer, task: Task, mask: np.ndarray, gang: str) -> str
 def _among(placer: Placer, job: Job, mask: np.ndarray) -> np.ndarray | slice:
     """The job's base mask as an index: every node when it holds them all (indexing by
     a mask of ten thousand nodes costs more than the sum it selects for)."""
-    every = placer.node_fact(("selects every node", job.selector), lambda: bool(mask.all()))
+    every = placer.node_fact(("selects every node", job.selector, job.affinity), lambda: bool(mask.all()))
     return slice(None) if every else mask
 
 

@@ -164,7 +164,8 @@ def free_room_for(
     job = tasks[0].job
     pool = _VictimPool(ctx, units, giving)
     for task in tasks:
-        mask = ctx.placer.job_mask(job)
+        # Only nodes the task may use are freed: victims elsewhere would not help it.
+        mask = ctx.placer.task_mask(task, ctx.placer.job_mask(job))
         spot = ctx.placer.spot(task, mask, allow_pipeline=True)
         if spot is None and not _free_a_node(ctx, task, mask, pool, allowed, action, reason):
             ctx.stmt.rollback(start)

@@ -20,7 +20,8 @@ from kai_ray.config.priority import (
     preemptible_at,
     read_preemptibility,
 )
-from kai_ray.core.model import Request, TopologyConstraint
+from kai_ray.control.affinity import node_affinity, read_terms
+from kai_ray.core.model import NodeAffinity, NodeSelectorTerm, Request, TopologyConstraint
 from kai_ray.k8s.owners import (
     Known,
     Lineage,
@@ -89,6 +90,9 @@ class Gang:
     subgroup_min: dict[str, int]
     topology: TopologyConstraint | None
     node_selector: dict[str, str]  # the items every pod of the gang shares
+    # Per pod name, what else it requires of a node: its required node affinity and the
+    # nodeSelector items the others do not share (pods without any are absent).
+    affinities: dict[str, NodeAffinity]
     created_at: float  # the top owner's creationTimestamp (its oldest pod's if unknown)
     submitter: Request | None = None  # room to hold for a RayJob submitter not yet created
     problem: str = ""  # non-empty: cannot be scheduled as written; names object, field, fix
@@ -303,6 +307,38 @@ def _shared_selector(pods: Sequence[Obj]) -> dict[str, str]:
     return common
 
 
+REQUIRED_AFFINITY = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+
+
+def _affinities(
+    pods: Sequence[Obj], shared: Mapping[str, str], what: str
+) -> tuple[dict[str, NodeAffinity], str]:
+    """Each pod's own constraint beyond the shared nodeSelector, and the first problem
+    ("" for none): a pod whose affinity Kubernetes' rules refuse, named with the field
+    and the fix (the gang is then left out, as any gang with a problem: what it already
+    holds stays bound and counted). Preferred (soft) affinity is not read."""
+    out: dict[str, NodeAffinity] = {}
+    for pod in pods:
+        spec = spec_of(pod)
+        extra = {k: str(v) for k, v in (spec.get("nodeSelector") or {}).items() if k not in shared}
+        try:
+            own = node_affinity(_required_terms(spec), extra)
+        except ValueError as e:
+            return out, f"{what}: pod {namespace_of(pod)}/{name_of(pod)}: {e}"
+        if own is not None:
+            out[name_of(pod)] = own
+    return out, ""
+
+
+def _required_terms(spec: Obj) -> tuple[NodeSelectorTerm, ...]:
+    affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
+    required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if required is None:
+        return ()
+    terms = required.get("nodeSelectorTerms") if isinstance(required, Mapping) else None
+    return read_terms(terms, f"{REQUIRED_AFFINITY}.nodeSelectorTerms")
+
+
 def _request_problem(pods: Sequence[Obj]) -> str:
     """Why the first pod whose requests cannot be read is refused, or "" (the rest are alike)."""
     for pod in pods:
@@ -329,7 +365,9 @@ def _gang(group: _Group, ctx: GangContext) -> Gang:
     class_name, priority, priority_problems = _priority([*owners, *pod_objs], owners, pod_objs, ctx, what)
     topology, topology_problem = _topology([*owners, *pod_objs], what)
     request_problem = _request_problem(pods)
-    problems += [*priority_problems, topology_problem]
+    selector = _shared_selector(pods)
+    affinities, affinity_problem = _affinities(pods, selector, what)
+    problems += [*priority_problems, topology_problem, affinity_problem]
     if request_problem:
         problems.append(f"{what}: {request_problem}")
     created = epoch(top.obj) if top.obj is not None else min(epoch(p) for p in pods)
@@ -348,7 +386,8 @@ def _gang(group: _Group, ctx: GangContext) -> Gang:
         subgroups=_subgroups(group),
         subgroup_min=subgroup_min,
         topology=topology,
-        node_selector=_shared_selector(pods),
+        node_selector=selector,
+        affinities=affinities,
         created_at=created,
         submitter=placeholder,
         problem="; ".join(p for p in problems if p),

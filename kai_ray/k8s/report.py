@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import math
+import re
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any, Protocol
@@ -27,7 +28,7 @@ from kai_ray.k8s.queues import KAI_RAY_QUEUE_API, QueueSet, queue_status_body
 from kai_ray.k8s.suspension import is_virtual
 from kai_ray.k8s.taints import describe
 
-__all__ = ["Reporter", "condition_reason"]
+__all__ = ["Reporter", "condition_reason", "in_pods"]
 
 log = logging.getLogger(__name__)
 COMPONENT = "kai-ray"
@@ -63,6 +64,17 @@ def condition_reason(reason: Reason) -> str:
     if wants_capacity(reason):
         return "Unschedulable"
     return "".join(part.capitalize() for part in reason.code.split("-"))
+
+
+_OF_TASK = re.compile(r"\bof task ([^\s:]+)")
+
+
+def in_pods(text: str, namespace: str) -> str:
+    """A core reason in this backend's words: the core names a task, which is a pod here
+    (`of task w-1` -> `of pod ml/w-1`, `of its tasks` -> `of its pods`)."""
+    if "task" not in text:
+        return text
+    return _OF_TASK.sub(lambda m: f"of pod {namespace}/{m[1]}", text).replace("of its tasks", "of its pods")
 
 
 def _now() -> str:
@@ -101,7 +113,7 @@ class Reporter:
 
     def _waiting(self, gang: Gang, reason: Reason, position: tuple[int, int] | None) -> list[Any]:
         where = f" (position {position[0]} of {position[1]} in queue {gang.queue})" if position else ""
-        message = describe(reason.text) + where
+        message = in_pods(describe(reason.text), gang.namespace) + where
         word = condition_reason(reason)
         told = self._told.get(gang.id)
         if told is not None and told[0] is gang and told[1:] == (word, message, reason.code):

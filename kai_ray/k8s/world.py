@@ -22,7 +22,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kai_ray.core import ClusterSnapshot, JobInfo, NodeInfo, QueueInfo, TaskInfo, TaskStatus
+from kai_ray.core import ClusterSnapshot, JobInfo, NodeAffinity, NodeInfo, QueueInfo, TaskInfo, TaskStatus
 from kai_ray.core.quantity import parse_quantity
 from kai_ray.k8s.gangs import Gang, pod_finished, scheduled_by_us
 from kai_ray.k8s.requests import pod_request
@@ -161,7 +161,7 @@ def gang_job(
     # Each pod in its subgroup (head, its worker group, submitter), read where the gang
     # has subgroups: a pod of none (no Ray role) is surplus there.
     role = {pod: name for name, pods in gang.subgroups.items() for pod in pods} if gang.subgroup_min else {}
-    tasks = [_task(pod, assumed, role.get(pod["metadata"]["name"], "")) for pod in gang.pods]
+    tasks = [_task(pod, assumed, role.get(pod["metadata"]["name"], ""), gang.affinities) for pod in gang.pods]
     if gang.submitter is not None:
         node = placeholders.get(gang.id)
         status = TaskStatus.RUNNING if node else TaskStatus.PENDING
@@ -186,18 +186,30 @@ def gang_job(
     )
 
 
-def _task(pod: Mapping[str, Any], assumed: Mapping[str, str], subgroup: str) -> TaskInfo:
+def _task(
+    pod: Mapping[str, Any], assumed: Mapping[str, str], subgroup: str, affinities: Mapping[str, NodeAffinity]
+) -> TaskInfo:
     meta, spec = pod["metadata"], pod.get("spec", {})
     request = pod_request(pod)
     node = spec.get("nodeName") or assumed.get(meta.get("uid", ""))
     group = (meta.get("annotations") or {}).get(GPU_GROUP_ANNOTATION)
     gpu_group = int(group) if group is not None and request.is_fractional else None
+    own = affinities.get(meta["name"])
     if not node:
         since = timestamp(meta.get("creationTimestamp"))
-        return TaskInfo(meta["name"], TaskStatus.PENDING, request, since=since, subgroup=subgroup)
+        return TaskInfo(
+            meta["name"], TaskStatus.PENDING, request, since=since, subgroup=subgroup, node_affinity=own
+        )
     status = TaskStatus.RELEASING if meta.get("deletionTimestamp") else TaskStatus.RUNNING
     return TaskInfo(
-        meta["name"], status, request, node=node, gpu_group=gpu_group, since=_started(pod), subgroup=subgroup
+        meta["name"],
+        status,
+        request,
+        node=node,
+        gpu_group=gpu_group,
+        since=_started(pod),
+        subgroup=subgroup,
+        node_affinity=own,
     )
 
 

@@ -7,10 +7,12 @@ from dataclasses import dataclass
 
 from kai_ray.config.errors import ConfigError
 from kai_ray.config.priority import PriorityClasses, UnknownPriorityClassError
+from kai_ray.control.affinity import node_affinity, read_terms
 from kai_ray.control.validate import listing, queue_problem
 from kai_ray.core.model import (
     HOSTNAME_LABEL,
     JobInfo,
+    NodeAffinity,
     NodeInfo,
     QueueInfo,
     Request,
@@ -51,7 +53,14 @@ def build_job(spec: JobSpec, position: int, context: JobContext) -> JobInfo:
         raise ConfigError(_BOTH_GPU, field=where)
     _check_gpu(spec.gpu, f"{where}: gpu")
     field_of = _task_fields(spec.tasks, where)
-    tasks = [_task(spec, task, i, field_of(i), context) for i, task in enumerate(_expand(spec.tasks))]
+    # Read once per entry: `{count: N}` tasks and those taking the job's share one object.
+    read: dict[int, NodeAffinity | None] = {id(None): _affinity(spec.node_affinity, where)}
+    tasks = []
+    for i, task in enumerate(_expand(spec.tasks)):
+        raw = task.node_affinity
+        if id(raw) not in read:
+            read[id(raw)] = _affinity(raw, field_of(i))
+        tasks.append(_task(spec, task, i, field_of(i), context, read[id(raw)]))
     subgroups = _subgroups(spec, where)
     _check_task_subgroups(spec, subgroups, field_of)
     return JobInfo(
@@ -136,7 +145,18 @@ def _task_fields(tasks: list[TaskSpec] | TaskCountSpec, where: str) -> Callable[
     return lambda i: f"{where}: tasks[{i}]"
 
 
-def _task(job: JobSpec, spec: TaskSpec, index: int, field: str, context: JobContext) -> TaskInfo:
+def _affinity(raw: list[object] | None, field: str) -> NodeAffinity | None:
+    if raw is None:
+        return None
+    try:
+        return node_affinity(read_terms(raw, "nodeAffinity"))
+    except ValueError as e:
+        raise ConfigError(str(e), field=field) from None
+
+
+def _task(
+    job: JobSpec, spec: TaskSpec, index: int, field: str, context: JobContext, affinity: NodeAffinity | None
+) -> TaskInfo:
     _check_placement(spec, field, context.nodes)
     gpu_group = None
     if spec.gpu_group is not None and spec.node is not None:
@@ -149,6 +169,7 @@ def _task(job: JobSpec, spec: TaskSpec, index: int, field: str, context: JobCont
         gpu_group=gpu_group,
         since=context.now + spec.since,
         subgroup=spec.sub_group or "",
+        node_affinity=affinity,
     )
 
 

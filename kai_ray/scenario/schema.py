@@ -121,6 +121,9 @@ class TaskSpec(_Finite):
     cpu: Quantity | None = Field(None, ge=0)
     memory: Quantity | None = Field(None, ge=0)
     sub_group: str | None = Field(None, min_length=1)  # one of its job's subGroups
+    # Kubernetes' nodeSelectorTerms (read by kai_ray.control.affinity, which names what
+    # is wrong and where); replaces the job's nodeAffinity for this task.
+    node_affinity: list[Any] | None = None
 
 
 class TaskCountSpec(TaskSpec):
@@ -164,6 +167,7 @@ class JobSpec(_Finite):
     memory: Quantity = Field(0.0, ge=0)
     topology: TopologyRefSpec | None = None
     node_selector: Labels = Field(default_factory=dict)
+    node_affinity: list[Any] | None = None  # for every task that gives none of its own
     stale_since: Duration | None = None  # relative to `now`
     sub_groups: list[SubGroupSpec] | None = None  # the gang as subgroups, each with its minimum
     tasks: Tasks

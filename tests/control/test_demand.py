@@ -23,6 +23,7 @@ def test_every_reason_code_is_either_capacity_or_held() -> None:
         ("no-room", True),
         ("gang-too-big", True),
         ("node-selector", True),
+        ("node-affinity", True),  # a node with the label the pod requires would let it start
         ("queue-limit", False),
         ("queue-quota", False),
         ("fair-share", False),

@@ -9,6 +9,7 @@ snap = (ClusterBuilder()
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -17,7 +18,10 @@ from kai_ray.core import (
     ClusterSnapshot,
     CycleResult,
     JobInfo,
+    NodeAffinity,
     NodeInfo,
+    NodeRequirement,
+    NodeSelectorTerm,
     QueueInfo,
     Request,
     SchedulerConfig,
@@ -131,20 +135,28 @@ class ClusterBuilder:
         group: int | None = None,
         since: float = 0.0,
         count: int = 1,
+        affinity: NodeAffinity | None = None,
     ) -> ClusterBuilder:
         assert self._job is not None, "call job() first"
         for _ in range(count):
             name = f"{self._job.name}-{len(self._job.tasks)}"
-            self._job.tasks.append(TaskInfo(name, status, self._request, node, group, since))
+            self._job.tasks.append(
+                TaskInfo(name, status, self._request, node, group, since, node_affinity=affinity)
+            )
         return self
 
-    def pending(self, count: int = 1) -> ClusterBuilder:
-        return self._task(TaskStatus.PENDING, count=count)
+    def pending(self, count: int = 1, affinity: NodeAffinity | None = None) -> ClusterBuilder:
+        return self._task(TaskStatus.PENDING, count=count, affinity=affinity)
 
     def running(
-        self, node: str, group: int | None = None, since: float = -3600, count: int = 1
+        self,
+        node: str,
+        group: int | None = None,
+        since: float = -3600,
+        count: int = 1,
+        affinity: NodeAffinity | None = None,
     ) -> ClusterBuilder:
-        return self._task(TaskStatus.RUNNING, node, group, since, count)
+        return self._task(TaskStatus.RUNNING, node, group, since, count, affinity)
 
     def releasing(self, node: str, group: int | None = None) -> ClusterBuilder:
         return self._task(TaskStatus.RELEASING, node, group)
@@ -160,6 +172,25 @@ class ClusterBuilder:
     def build(self) -> ClusterSnapshot:
         queues = self.queues or [QueueInfo("default", quota=(UNLIMITED,) * 3)]
         return ClusterSnapshot(list(self.nodes), list(queues), list(self.jobs), can_grow=self._can_grow)
+
+
+def req(key: str, operator: str, *values: str) -> NodeRequirement:
+    """One matchExpressions entry: req("gpu", "In", "a100", "h100")."""
+    return NodeRequirement(key, operator, values)
+
+
+def name_req(operator: str, *names: str) -> NodeRequirement:
+    """One matchFields entry on the node's name."""
+    return NodeRequirement("metadata.name", operator, names, field=True)
+
+
+def affinity(*terms: Sequence[NodeRequirement], **selector: str) -> NodeAffinity:
+    """Terms (ORed), each a list of requirements (ANDed); keyword pairs: the task's own
+    nodeSelector."""
+    made = tuple(
+        NodeSelectorTerm(tuple(r for r in t if not r.field), tuple(r for r in t if r.field)) for t in terms
+    )
+    return NodeAffinity.of(made, selector)
 
 
 def cycle(snap: ClusterSnapshot, *actions: str, now: float = 0.0, **config: Any) -> CycleResult:

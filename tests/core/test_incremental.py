@@ -21,7 +21,10 @@ from kai_ray.core import (
     CycleResult,
     Evict,
     JobInfo,
+    NodeAffinity,
     NodeInfo,
+    NodeRequirement,
+    NodeSelectorTerm,
     Pipeline,
     QueueInfo,
     Request,
@@ -48,6 +51,19 @@ REQUESTS = [
 ]
 FOO = len(REQUESTS) - 1  # the request with an extended resource
 LEAVES = ["a", "b", "c"]
+
+
+def _affinity(mode: object, k: int) -> NodeAffinity | None:
+    """A task's affinity for a submit's `selector` mode: False/True (none: True is the
+    job's node selector), "job" (every task the same, made afresh each time: equal, not
+    the same object), "task" (the first task none, the others off node n0 or on rack r9)."""
+    if mode == "job":
+        return NodeAffinity((NodeSelectorTerm((NodeRequirement("rack", "In", ("r1",)),)),))
+    if mode == "task" and k:
+        off_n0 = NodeRequirement("metadata.name", "NotIn", ("n0",), field=True)
+        r9 = NodeRequirement("rack", "In", ("r9",))
+        return NodeAffinity((NodeSelectorTerm(fields=(off_n0,)),) if k == 1 else (NodeSelectorTerm((r9,)),))
+    return None
 
 
 def node(i: int, gpus: int, cpu: float, extended: bool = False, unschedulable: bool = False) -> NodeInfo:
@@ -101,7 +117,12 @@ class World:
             req = dataclasses.replace(req) if self.serial % 2 else req
             status = TaskStatus.RUNNING if running else TaskStatus.PENDING
             at = self.nodes[self.serial % len(self.nodes)].name if running else None
-            tasks = [TaskInfo(f"{name}-{k}", status, req, node=at, since=self.now) for k in range(count)]
+            tasks = [
+                TaskInfo(
+                    f"{name}-{k}", status, req, node=at, since=self.now, node_affinity=_affinity(selector, k)
+                )
+                for k in range(count)
+            ]
             subgroups = {}
             if elastic == "subgroups":  # a cpu-only head, then workers in groups w0, w1 of min 1
                 head = TaskInfo(f"{name}-h", status, REQUESTS[6], node=at, since=self.now, subgroup="h")
@@ -117,7 +138,7 @@ class World:
                     min_member=1 if elastic == "elastic" else 0,
                     created_at=self.now,
                     spread=spread,
-                    node_selector={"rack": "r0"} if selector else {},
+                    node_selector={"rack": "r0"} if selector is True else {},
                     subgroups=subgroups,
                 )
             )
@@ -174,18 +195,30 @@ class World:
 
     def _task(self, t: TaskInfo, decisions: Sequence[Bind | Pipeline | Evict]) -> TaskInfo:
         mine = [d for d in decisions if d.task == t.name]
+        own = t.node_affinity
         if t.status is TaskStatus.RELEASING:  # released since: back in line
-            return TaskInfo(t.name, TaskStatus.PENDING, t.request, since=self.now, subgroup=t.subgroup)
+            return TaskInfo(
+                t.name, TaskStatus.PENDING, t.request, since=self.now, subgroup=t.subgroup, node_affinity=own
+            )
         for d in mine:
             if isinstance(d, Bind):
                 return TaskInfo(
-                    t.name, TaskStatus.RUNNING, t.request, d.node, d.gpu_group, self.now, t.subgroup
+                    t.name,
+                    TaskStatus.RUNNING,
+                    t.request,
+                    d.node,
+                    d.gpu_group,
+                    self.now,
+                    subgroup=t.subgroup,
+                    node_affinity=own,
                 )
         for d in mine:
             if isinstance(d, Evict):
                 return dataclasses.replace(t, status=TaskStatus.RELEASING, since=self.now)
         if mine:  # pipelined: placed again by a later cycle
-            return TaskInfo(t.name, TaskStatus.PENDING, t.request, since=t.since, subgroup=t.subgroup)
+            return TaskInfo(
+                t.name, TaskStatus.PENDING, t.request, since=t.since, subgroup=t.subgroup, node_affinity=own
+            )
         return t
 
 
@@ -197,7 +230,7 @@ submits = st.tuples(
     st.sampled_from([50, 75, 100, 125]),
     st.sampled_from(["", "elastic", "subgroups"]),
     st.sampled_from(["", "", "", "preferred", "required"]),
-    st.booleans(),
+    st.sampled_from([False, False, True, "job", "task"]),
     st.booleans(),
 )
 ops = st.one_of(

@@ -21,6 +21,7 @@ from kai_ray.core import (
     ClusterSnapshot,
     Evict,
     JobInfo,
+    NodeAffinity,
     NodeInfo,
     Pipeline,
     QueueInfo,
@@ -34,7 +35,7 @@ from kai_ray.core import (
 from kai_ray.core.policy import DEFAULT_POLICY
 from kai_ray.core.settling import SureToFail
 
-from .builders import ClusterBuilder
+from .builders import ClusterBuilder, affinity, name_req, req
 
 GI = 1024.0**3
 EPS = 1e-6
@@ -84,6 +85,26 @@ def clusters(draw: st.DrawFn) -> ClusterSnapshot:
     return ClusterSnapshot(nodes, queues, [j for j in jobs if j is not None])
 
 
+# Required node affinities over the nodes' rack labels and names; None most often.
+AFFINITIES: list[NodeAffinity | None] = [
+    None,
+    None,
+    None,
+    affinity([req("rack", "In", "r1")]),
+    affinity([req("rack", "NotIn", "r1")], [name_req("In", "n2")]),
+    affinity([name_req("NotIn", "n0")]),
+    affinity([req("rack", "In", "r9")]),  # no node
+    affinity(rack="r0"),  # a task's own nodeSelector
+]
+
+
+def _affinities(draw: st.DrawFn, count: int) -> list[NodeAffinity | None]:
+    """One for every task, or (a gang whose tasks differ) one for each."""
+    if draw(st.booleans()):
+        return [draw(st.sampled_from(AFFINITIES))] * count
+    return [draw(st.sampled_from(AFFINITIES)) for _ in range(count)]
+
+
 def _job(draw: st.DrawFn, j: int, leaves: list[str], nodes: list[NodeInfo]) -> JobInfo | None:
     gpu = draw(st.sampled_from([0.0, 0.5, 1.0, 1.0, 2.0]))
     request = Request(gpu=gpu, cpu=float(draw(st.integers(1, 4))), memory=GI)
@@ -91,6 +112,7 @@ def _job(draw: st.DrawFn, j: int, leaves: list[str], nodes: list[NodeInfo]) -> J
     priority = draw(st.sampled_from([50, 75, 100, 125]))
     min_member = draw(st.integers(1, count))
     running = draw(st.booleans())
+    affinities = _affinities(draw, count)
     tasks = []
     for k in range(count):
         status, node = TaskStatus.PENDING, None
@@ -104,6 +126,7 @@ def _job(draw: st.DrawFn, j: int, leaves: list[str], nodes: list[NodeInfo]) -> J
                 node,
                 0 if (node and 0 < gpu < 1) else None,
                 since=-float(draw(st.integers(0, 600))),
+                node_affinity=affinities[k],
             )
         )
     job = JobInfo(
@@ -230,6 +253,40 @@ def test_no_node_or_device_is_overcommitted(snap: ClusterSnapshot) -> None:
     result = run_cycle(snap, SchedulerConfig(), 0.0)
     held = _holdings(snap, _by_task(result.decisions))
     assert _overcommitted(snap, held) == ""
+
+
+def _admits(affinity: NodeAffinity | None, node: NodeInfo) -> bool:
+    """Kubernetes' rule, written again for the check: the nodeSelector pairs, and any term
+    all of whose requirements hold (In, NotIn, Exists, DoesNotExist; the name field)."""
+    if affinity is None:
+        return True
+    if any(node.labels.get(k) != v for k, v in affinity.selector):
+        return False
+
+    def holds(r: Any) -> bool:
+        value = node.name if r.field else node.labels.get(r.key)
+        return {
+            "In": value in r.values,
+            "NotIn": value not in r.values,
+            "Exists": value is not None,
+            "DoesNotExist": value is None,
+        }[r.operator]
+
+    terms = affinity.terms
+    return not terms or any(
+        (t.expressions or t.fields) and all(map(holds, (*t.expressions, *t.fields))) for t in terms
+    )
+
+
+@SETTINGS
+@given(clusters())
+def test_no_task_is_placed_where_its_affinity_refuses(snap: ClusterSnapshot) -> None:
+    result = run_cycle(snap, SchedulerConfig(), 0.0)
+    nodes = {n.name: n for n in snap.nodes}
+    tasks = {t.name: t for job in snap.jobs for t in job.tasks}
+    for d in result.decisions:
+        if isinstance(d, Bind | Pipeline):
+            assert _admits(tasks[d.task].node_affinity, nodes[d.node]), (d, tasks[d.task].node_affinity)
 
 
 @SETTINGS
@@ -418,11 +475,16 @@ def look_alikes(draw: st.DrawFn) -> ClusterSnapshot:
     for j in range(draw(st.integers(2, 5))):
         priority = draw(st.sampled_from([50, 125]))
         level = draw(st.sampled_from([None, "rack", "zone", "nowhere"]))
+        # Look-alikes but for their tasks' affinities (each drawn from a few).
+        own = _affinities(draw, size)
         jobs.append(
             JobInfo(
                 f"j{j}",
                 draw(st.sampled_from(["a", "b"])),
-                [TaskInfo(f"j{j}-{k}", TaskStatus.PENDING, request) for k in range(size)],
+                [
+                    TaskInfo(f"j{j}-{k}", TaskStatus.PENDING, request, node_affinity=own[k])
+                    for k in range(size)
+                ],
                 priority=priority,
                 preemptible=priority < 100,
                 created_at=float(j),

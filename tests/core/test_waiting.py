@@ -12,7 +12,7 @@ import pytest
 
 from kai_ray.core import REASON_CODES, Reason, TopologyConstraint
 
-from .builders import ClusterBuilder, cycle, outcome
+from .builders import ClusterBuilder, affinity, cycle, outcome, req
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "semantics.md"
 
@@ -80,6 +80,12 @@ CASES = [
         _two_gpus().job("j", "q", node_selector={"zone": "b"}).pending(),
         "node-selector",
         "nodeSelector zone=b",
+    ),
+    Case(
+        "a task's required node affinity that no node meets",
+        _two_gpus().job("j", "q").pending().pending(affinity=affinity([req("gpu-type", "In", "h100")])),
+        "node-affinity",
+        "no schedulable node meets the required node affinity of task j-1: gpu-type In [h100]",
     ),
     Case(
         "a required rack without room",

@@ -83,6 +83,16 @@ class World:
         same_world(snapshot, self.source.rebuild().snapshot)  # the check mode does it too
 
 
+# A pod's required node affinity (read per pod: the gang's pods may differ): on a node
+# name, on a label no node has, or written wrong (the gang then has a problem).
+AFFINITY = {
+    "on-n1": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}],
+    "nowhere": [{"matchExpressions": [{"key": "gpu-type", "operator": "Exists"}]}],
+    "wrong": [{"matchExpressions": [{"key": "gpu-type", "operator": "Gt", "values": ["x"]}]}],
+}
+AFFINITY_KEYS = sorted(AFFINITY)
+
+
 CHANGES = st.one_of(
     st.tuples(st.just("pod"), st.sampled_from(CLUSTERS), st.integers(0, 3), st.sampled_from(["", *NODES])),
     st.tuples(st.just("other"), st.integers(0, 3), st.sampled_from(NODES), st.integers(0, 4)),
@@ -93,6 +103,9 @@ CHANGES = st.one_of(
     st.tuples(st.just("no-owner"), st.sampled_from(CLUSTERS), st.just(0), st.just("")),
     st.tuples(st.just("taint"), st.sampled_from(NODES), st.booleans(), st.just("")),
     st.tuples(st.just("assume"), st.sampled_from(CLUSTERS), st.integers(0, 3), st.sampled_from(NODES)),
+    st.tuples(
+        st.just("affinity"), st.sampled_from(CLUSTERS), st.integers(0, 3), st.sampled_from(AFFINITY_KEYS)
+    ),
 )
 
 
@@ -102,6 +115,11 @@ def apply(world: World, change: tuple[Any, ...]) -> None:
         world.put_pod(pod(f"{a}-{b}", gpus=1, node_name=c, owner=a))
     elif kind == "other":  # another scheduler's pod: use outside on its node
         world.put_pod(pod(f"other-{a}", gpus=c, node_name=b, scheduler="default-scheduler"))
+    elif kind == "affinity":  # a pending pod whose template asks for certain nodes
+        made = pod(f"{a}-{b}", gpus=1, owner=a)
+        terms = {"nodeSelectorTerms": AFFINITY[c]}
+        made["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": terms}}
+        world.put_pod(made)
     elif kind == "drop":
         world.drop_pod(f"{a}-{b}")
     elif kind == "owner":

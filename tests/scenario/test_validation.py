@@ -38,7 +38,51 @@ def two_level(**team: Any) -> ScenarioBuilder:
     return scenario().queue("dept").queue("team", "dept", **team)
 
 
+def _term(*entries: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"matchExpressions": list(entries)}]
+
+
 CASES = [
+    Case(
+        "node affinity with an unknown operator",
+        b(scenario().job("j", nodeAffinity=_term({"key": "gpu", "operator": "Equals", "values": ["a"]}))),
+        (
+            "job 'j': nodeAffinity[0].matchExpressions[0]: operator 'Equals' is unknown",
+            "use one of In, NotIn",
+        ),
+    ),
+    Case(
+        "node affinity Gt with a non-integer",
+        b(scenario().job("j", pending(nodeAffinity=_term({"key": "c", "operator": "Gt", "values": ["x"]})))),
+        ("job 'j': tasks[0]: nodeAffinity[0].matchExpressions[0]", "'x' is not one; write e.g. '4'"),
+    ),
+    Case(
+        "node affinity of a task count, with a typo",
+        b(scenario().job("j", tasks={"count": 2, "nodeAffinity": [{"matchExpression": []}]})),
+        (
+            "job 'j': tasks: nodeAffinity[0]: unknown key 'matchExpression'",
+            "matchExpressions and matchFields",
+        ),
+    ),
+    Case(
+        "node affinity that is not a list of terms",
+        b(scenario().job("j", nodeAffinity={"key": "gpu"})),
+        ("job 'j': nodeAffinity",),
+    ),
+    Case(
+        "node affinity with no terms",
+        b(scenario().job("j", nodeAffinity=[])),
+        ("job 'j': nodeAffinity: expected a non-empty list of terms",),
+    ),
+    Case(
+        "a node field other than the name",
+        b(
+            scenario().job(
+                "j", nodeAffinity=[{"matchFields": [{"key": "spec.x", "operator": "In", "values": ["a"]}]}]
+            )
+        ),
+        ("matchFields[0]: matchFields key 'spec.x'", "use metadata.name"),
+    ),
     Case("not a map", lambda: ["nodes"], ("a scenario is a YAML map",)),
     Case("missing nodes", without("nodes"), ("nodes: this key is required; add it",)),
     Case("missing jobs", without("jobs"), ("jobs: this key is required",)),

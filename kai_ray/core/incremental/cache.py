@@ -46,7 +46,7 @@ from collections.abc import Collection, Sequence
 
 import numpy as np
 
-from kai_ray.core.accounting import count_tasks, make_task
+from kai_ray.core.accounting import constrain, count_tasks, make_task
 from kai_ray.core.build import build_state_and_leaves, job_problem
 from kai_ray.core.capacity import capped
 from kai_ray.core.cluster import (
@@ -402,6 +402,7 @@ def _make_job(info: JobInfo, state: ClusterState, requests: RequestCache) -> Job
     job = Job(info=info, queue=state.tree.index[info.queue], order=0)
     if info.node_selector:
         job.selector = tuple(sorted(info.node_selector.items()))
+    constrain(job)
     for i, t in enumerate(info.tasks):
         req = t.request
         cached = requests.get(req)
