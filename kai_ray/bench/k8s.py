@@ -145,7 +145,11 @@ async def _ray_crds(kube: Kube) -> None:
         await kube.create(
             "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", yaml.safe_load(path.read_text())
         )
-    await asyncio.sleep(0.5)
+    deadline = time.monotonic() + 30
+    while not await kube.exists("/apis/ray.io/v1/rayclusters"):  # served a moment after it is made
+        if time.monotonic() > deadline:
+            raise TimeoutError("KubeRay's RayCluster CRD was not served within 30 s")
+        await asyncio.sleep(0.1)
 
 
 def _like(model: dict[str, Any], name: str) -> dict[str, Any]:
