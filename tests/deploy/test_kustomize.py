@@ -16,10 +16,10 @@ import pytest
 import yaml
 
 from kai_ray.cli import build_parser
+from kai_ray.testing.kuberay import kuberay_crds
 from tests.helm.test_chart import CRD_SOURCE, REPO, render
 from tests.helm.test_install import RELEASE_NS, account_kubeconfig, assert_least_privilege, run
 from tests.helm.tools import tools
-from kai_ray.testing.kuberay import kuberay_crds
 from tests.k8s.env import NS, K8sEnv, bound, group, raycluster
 
 pytestmark = pytest.mark.k8s
@@ -58,6 +58,8 @@ def test_the_base_renders_the_charts_rules_and_the_images_command(helm_kubectl: 
             ("ServiceAccount", "kai-ray"),
             ("ClusterRole", "kai-ray"),
             ("ClusterRoleBinding", "kai-ray"),
+            ("Role", "kai-ray-leader-election"),
+            ("RoleBinding", "kai-ray-leader-election"),
             ("Deployment", "kai-ray"),
             *[("PriorityClass", c) for c in ("train", "build-preemptible", "build", "inference")],
             *[("CustomResourceDefinition", crd) for crd in crd_names()],
@@ -67,6 +69,9 @@ def test_the_base_renders_the_charts_rules_and_the_images_command(helm_kubectl: 
     # The same rules as the chart's (default values: no GPU sharing), so the same
     # least-privilege checks hold for both.
     assert one(docs, "ClusterRole")["rules"] == one(render(helm), "ClusterRole")["rules"]
+    assert one(docs, "Role")["rules"] == one(render(helm), "Role")["rules"]  # the Lease kai-ray
+    assert one(docs, "Role")["metadata"]["namespace"] == RELEASE_NS
+    assert one(docs, "RoleBinding")["subjects"] == binding_subjects()
     binding = one(docs, "ClusterRoleBinding")
     assert binding["roleRef"]["name"] == "kai-ray"
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "kai-ray", "namespace": RELEASE_NS}]
@@ -75,11 +80,12 @@ def test_the_base_renders_the_charts_rules_and_the_images_command(helm_kubectl: 
     assert classes == {"train": 50, "build-preemptible": 75, "build": 100, "inference": 125}
 
     # The Deployment runs the operator with the account, as the image's command does,
-    # with flags `kai-ray operator` accepts; one replica, never two at once.
+    # with flags `kai-ray operator` accepts; one replica acting at a time (the Lease), an
+    # upgrade rolling (the new pod waits for the Lease the old one hands back).
     deployment = one(docs, "Deployment")
     assert deployment["metadata"]["namespace"] == RELEASE_NS
     spec = deployment["spec"]
-    assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
+    assert spec["replicas"] == 1 and spec["strategy"]["type"] == "RollingUpdate"
     assert spec["template"]["spec"]["serviceAccountName"] == "kai-ray"
     (container,) = spec["template"]["spec"]["containers"]
     (charts,) = one(render(helm), "Deployment")["spec"]["template"]["spec"]["containers"]
@@ -90,6 +96,8 @@ def test_the_base_renders_the_charts_rules_and_the_images_command(helm_kubectl: 
     args = build_parser().parse_args(argv[1:])
     assert args.scheduler_names == ["kai-ray", "kai-scheduler"] and args.default_queue == "default-queue"
     assert not args.install_crds and not args.in_ray  # the account may not write CRDs
+    assert args.leader_elect and args.leader_elect_name == "kai-ray"  # the Role's lease
+    assert args.leader_elect_namespace is None  # the pod's own: the Role's namespace
     assert args.dashboard.startswith("127.0.0.1:")  # no Service, no token: port-forward only
 
     queues = kustomize(kubectl, QUEUES)
@@ -100,6 +108,10 @@ def test_the_base_renders_the_charts_rules_and_the_images_command(helm_kubectl: 
     # KAI's default queues, as the chart makes them.
     chart_queues = {d["metadata"]["name"]: d["spec"] for d in render(helm) if d["kind"] == "Queue"}
     assert {q["metadata"]["name"]: q["spec"] for q in queues} == chart_queues
+
+
+def binding_subjects() -> list[dict[str, str]]:
+    return [{"kind": "ServiceAccount", "name": "kai-ray", "namespace": RELEASE_NS}]
 
 
 def crd_names() -> list[str]:
@@ -134,7 +146,9 @@ def test_apply_the_base_and_schedule_with_its_account(rbac_cluster: K8sEnv, tmp_
     run(kubectl, "--kubeconfig", admin, "apply", "-k", str(BASE))
     run(kubectl, "--kubeconfig", admin, "apply", "-k", str(QUEUES))  # once the base's CRD is there
     for path in kuberay_crds():  # KubeRay's own CRDs, as with KubeRay installed
-        k8s.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", yaml.safe_load(path.read_text()))
+        k8s.create(
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", yaml.safe_load(path.read_text())
+        )
     time.sleep(0.5)  # established in well under that on this server
 
     # What the base made: the Deployment is there, but with no controller or kubelet
@@ -153,8 +167,7 @@ def test_apply_the_base_and_schedule_with_its_account(rbac_cluster: K8sEnv, tmp_
     # here) and the account's token, nothing more.
     flags = [a for a in operator_argv(deployment)[2:] if not a.startswith("--dashboard")]
     k8s.node("n0", gpus=4)
-    k8s.start_fakes()
-    assert k8s.kuberay is not None and k8s.kuberay.scheduler_name == "kai-scheduler"  # KubeRay's values
+    k8s.start_fakes()  # KubeRay's own operator, with its batch scheduler kai-scheduler as its values set
     k8s.start_operator(*flags, "--dashboard=off", kubeconfig=sa)
     k8s.create(
         f"/apis/ray.io/v1/namespaces/{NS}/rayclusters", raycluster("rc", group("gpu", replicas=2, gpus=1))

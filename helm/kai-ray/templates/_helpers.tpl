@@ -31,6 +31,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "kai-ray.operatorArgs" -}}
 --default-queue {{ .Values.defaultQueue }}{{ range .Values.schedulerNames }} --scheduler-name {{ . }}{{ end }}
 {{- if .Values.dashboard.service.enabled }} --dashboard 0.0.0.0:{{ .Values.dashboard.port }}{{ else }} --dashboard 127.0.0.1:{{ .Values.dashboard.port }}{{ end }}
+{{- with .Values.leaderElection }}{{ if .enabled }} --leader-elect-name {{ $.Release.Name }} --leader-elect-lease-duration {{ .leaseDuration }} --leader-elect-renew-deadline {{ .renewDeadline }} --leader-elect-retry-period {{ .retryPeriod }}{{ else }} --no-leader-elect{{ end }}{{ end }}
 {{- if .Values.gpuSharing.enabled }} --gpu-sharing {{ include "kai-ray.image" . }} --webhook {{ .Values.gpuSharing.webhookPort }} /etc/kai-ray/webhook/tls.crt /etc/kai-ray/webhook/tls.key{{ end }}
 {{- end -}}
 
