@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import logging
 import os
+import signal
 from typing import Any
 
 from kai_ray.api.dashboardcommands import TOKEN_ENV
@@ -14,6 +15,8 @@ from kai_ray.dashboard.server import DEFAULT_PORT
 from kai_ray.k8s import DEFAULT_SCHEDULER_NAMES
 
 __all__ = ["add_commands", "operator_options"]
+
+log = logging.getLogger(__name__)
 
 
 def add_commands(subparsers: Any) -> None:
@@ -94,8 +97,62 @@ def add_commands(subparsers: Any) -> None:
     p.add_argument(
         "--dashboard-token", help=f"the token dashboard requests must carry (default ${TOKEN_ENV})"
     )
+    _leader_flags(p)
     p.add_argument("-v", "--verbose", action="store_true", help="log every cycle")
     p.set_defaults(func=_operator)
+
+
+def _leader_flags(p: Any) -> None:
+    g = p.add_argument_group(
+        "leader election",
+        "Replicas take a coordination.k8s.io Lease; only its holder binds, evicts and writes "
+        "status, the others watch as warm standbys (docs/kubernetes.md).",
+    )
+    g.add_argument(
+        "--leader-elect",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="hold the Lease before acting (default: on)",
+    )
+    g.add_argument(
+        "--leader-elect-namespace",
+        metavar="NS",
+        help="the Lease's namespace (default: the kubeconfig context's namespace, else the pod's "
+        "own in a cluster, else default)",
+    )
+    g.add_argument("--leader-elect-name", default="kai-ray", metavar="NAME", help="the Lease's name")
+    for flag, default, what in (
+        ("lease-duration", 15.0, "how long a standby waits, from the last renewal it saw, to take over"),
+        ("renew-deadline", 10.0, "the leader stops (exits) when it has not renewed for this long"),
+        ("retry-period", 2.0, "between renewals, and between a standby's tries"),
+    ):
+        g.add_argument(
+            f"--leader-elect-{flag}",
+            type=float,
+            default=default,
+            metavar="SECONDS",
+            help=f"{what} ({default:g})",
+        )
+
+
+def leader_option(args: argparse.Namespace, config: Any) -> Any:
+    """The Lease settings of the flags (None: --no-leader-elect); ConfigError naming the fix."""
+    from kai_ray.config.errors import ConfigError
+    from kai_ray.k8s.leader import LeaseOptions
+    from kai_ray.k8s.login import default_namespace
+
+    if not args.leader_elect:
+        return None
+    try:
+        return LeaseOptions(
+            namespace=args.leader_elect_namespace or default_namespace(config),
+            name=args.leader_elect_name,
+            lease_duration=args.leader_elect_lease_duration,
+            renew_deadline=args.leader_elect_renew_deadline,
+            retry_period=args.leader_elect_retry_period,
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def dashboard_option(value: str, token: str | None) -> tuple[str, int, str | None] | None:
@@ -154,23 +211,45 @@ def _operator(args: argparse.Namespace) -> int:
     )
     options = operator_options(args)
     config = load_kubeconfig(args.kubeconfig, args.context)
+    options.leader = leader_option(args, config)
     if args.in_ray:
         return _in_ray(args, config, options)
 
-    async def run() -> None:
+    async def run() -> int:
         async with Kube(config) as kube:
             if args.install_crds:
                 await install_crds(kube)
                 await install_default_queues(kube, options.default_queue)
             operator = Operator(kube, options)
-            logging.getLogger(__name__).info(
+            log.info(
                 "kai-ray operator on %s, answering to schedulerName %s",
                 config.server,
                 ", ".join(options.scheduler_names),
             )
-            await operator.run()
+            return await _until_signalled(operator)
 
-    run_async(run())
+    return run_async(run())
+
+
+async def _until_signalled(operator: Any) -> int:
+    """Run the operator until SIGTERM or SIGINT (a clean stop: it hands its lease back) or
+    until it loses its lease (exit status 1: a process that may no longer act ends, and its
+    Deployment starts it again as a standby)."""
+    from kai_ray.k8s.leader import LeadershipLost
+
+    task = asyncio.current_task()
+    assert task is not None
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, task.cancel)
+    try:
+        await operator.run()
+    except LeadershipLost as exc:
+        log.error("%s: stopping at once so that no two operators act; exiting", exc)
+        return 1
+    except asyncio.CancelledError:
+        task.uncancel()
+        log.info("stopped")
     return 0
 
 

@@ -14,6 +14,7 @@ Queues' status (kai_ray.k8s.report), and GPU sharing's ConfigMaps and reservatio
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -141,7 +142,8 @@ class KubeActuator:
 
     async def _suspend(self, gang: Gang, taken: list[tuple[dict[str, Any], Evict]]) -> None:
         why = f"{taken[0][1].action}: {taken[0][1].reason}"  # e.g. "preempt: for ml/RayCluster/x"
-        await self.kube.patch(_owner_path(gang.kind, gang.namespace, gang.name), suspend_patch(why))
+        at = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        await self.kube.patch(_owner_path(gang.kind, gang.namespace, gang.name), suspend_patch(why, at))
         self.stats.suspended += 1
         self.stats.evicted += len(taken)
         await self.reporter.event(gang, "Warning", "Suspended", f"suspended by kai-ray: {why}")

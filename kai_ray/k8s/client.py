@@ -7,13 +7,17 @@ kubernetes_asyncio's own API client (`kai-ray bench k8s` reports both binding ra
 BENCHMARKS.md the figures). It speaks plain JSON over aiohttp: list, watch, get,
 create, patch, delete, and the two subresources a scheduler writes, `pods/binding` and
 `pods/eviction`. A 401 gets a fresh credential and the request is sent once more.
+
+Every write first passes the session's `fence` when one is set: leader election
+(kai_ray.k8s.leader) refuses them there once this process may no longer act.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Coroutine, Mapping
+import logging
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
 import aiohttp
@@ -29,6 +33,7 @@ except ImportError:  # pragma: no cover - orjson comes with the kubernetes extra
 
 __all__ = ["ApiError", "Kube", "KubeConfig", "load_kubeconfig", "run_async"]
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 MAX_BUSY_RETRIES = 10  # 429 Too Many Requests: tried again this many times
 
@@ -61,6 +66,8 @@ class Kube:
         self._connections = connections
         self._session: aiohttp.ClientSession | None = None
         self._login: Login | None = None
+        # Called before every write (not a GET): raises to refuse it (leader election's fence).
+        self.fence: Callable[[], None] | None = None
 
     async def __aenter__(self) -> Kube:
         await self.open()
@@ -122,10 +129,14 @@ class Kube:
         content_type: str = "application/json",
         timeout: float = 30.0,
         decode: bool = True,
+        fenced: bool = True,
     ) -> dict[str, Any]:
+        """One request; `fenced=False` for the lease's own writes, which the fence guards."""
         data = None if body is None else json.dumps(body)
         renewed, busy = False, 0
         while True:
+            if fenced and method != "GET" and self.fence is not None:
+                self.fence()  # checked again on a retry: the lease may have run out meanwhile
             headers = await self._headers(content_type if data is not None else None)
             async with self.session.request(
                 method,
@@ -139,7 +150,7 @@ class Kube:
                 payload = await resp.read()
                 if resp.status == 401 and not renewed:
                     renewed = True  # a rotated token, an expired plugin credential: once more
-                    await self.login.renew()
+                    await self.login.renew(headers.get("Authorization"))
                     continue
                 if resp.status == 429 and busy < MAX_BUSY_RETRIES:
                     # The server asks to come back (a new resource's storage starting, its
@@ -192,6 +203,7 @@ class Kube:
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         # The answer is a Status saying Success: nothing to decode, a thousand times a burst.
+        log.debug("binding %s/%s to %s", namespace, pod, node)
         await self.request("POST", f"/api/v1/namespaces/{namespace}/pods/{pod}/binding", body, decode=False)
 
     async def evict(self, namespace: str, pod: str) -> bool:
@@ -233,15 +245,16 @@ class Kube:
             "timeoutSeconds": str(timeout),
             **params,
         }
+        headers = await self._headers()
         async with self.session.get(
             path,
             params=query,
-            headers=await self._headers(),
+            headers=headers,
             timeout=aiohttp.ClientTimeout(total=None, sock_read=timeout + 30),
             **self._connection(),
         ) as resp:
-            if resp.status == 401:
-                await self.login.renew()  # the informer watches again, logged in afresh
+            if resp.status == 401:  # the informer watches again, logged in afresh
+                await self.login.renew(headers.get("Authorization"))
             if resp.status >= 300:
                 raise _error(resp.status, await resp.read())
             rest = b""

@@ -11,10 +11,16 @@ maintained library, not a hand-written subset):
 
 `load_kubeconfig` only checks that what was named exists (a bad file or context fails at
 once, naming the fix); a Kube opens the login (`Login.open`), which may run a plugin.
+
+A plugin's credential is kept until its expirationTimestamp (or, without one, until the
+server answers 401), and one run serves every request waiting for it: the library alone
+runs the plugin again for each request in the last five minutes of a credential, and for
+every request when the plugin names no expiry (`aws eks get-token` takes a second).
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import os
 import ssl
@@ -34,7 +40,7 @@ from kubernetes_asyncio.config.incluster_config import (
 )
 from kubernetes_asyncio.config.kube_config import KubeConfigLoader, KubeConfigMerger
 
-__all__ = ["KubeConfig", "Login", "load_kubeconfig"]
+__all__ = ["KubeConfig", "Login", "default_namespace", "load_kubeconfig"]
 
 TOKEN_FILE_REREAD_S = 60.0  # a kubeconfig's tokenFile is read again at most this often
 
@@ -78,6 +84,20 @@ def load_kubeconfig(path: str | None = None, context: str | None = None) -> Kube
     )
 
 
+def default_namespace(config: KubeConfig) -> str:
+    """The namespace a user means when naming none: the kubeconfig context's, else the
+    pod's own (its service account's namespace file), else `default`."""
+    if config.path is not None:
+        context: Any = _loader(config).current_context or {}
+        namespace = (context.get("context") or {}).get("namespace")
+        if namespace:
+            return str(namespace)
+    pod_namespace = Path(config.token_file).with_name("namespace")
+    if pod_namespace.is_file() and pod_namespace.read_text().strip():
+        return pod_namespace.read_text().strip()
+    return "default"
+
+
 def _loader(config: KubeConfig) -> KubeConfigLoader:
     assert config.path is not None
     merged = KubeConfigMerger(config.path)
@@ -105,6 +125,8 @@ class Login:
         self._token_file: str | None = None
         self._token_read_at = 0.0
         self._token: str | None = None
+        self._exec_expiry: float | None = None  # epoch seconds; None: until the server says 401
+        self._exec_lock = asyncio.Lock()
 
     @classmethod
     async def open(cls, config: KubeConfig) -> Login:
@@ -119,6 +141,8 @@ class Login:
             login._token_file = _token_file(login._kube_loader)
             login._token = client.api_key.get("BearerToken")
             login._token_read_at = time.monotonic()
+            if _uses_exec(login._kube_loader):
+                login._plugin_ran()
         return login
 
     @property
@@ -155,22 +179,40 @@ class Login:
         loader = self._kube_loader
         assert loader is not None
         if _uses_exec(loader):
-            await loader.load_from_exec_plugin()  # a no-op until the credential expires
-            return getattr(loader, "token", None)
+            if self._exec_expiry is not None and time.time() >= self._exec_expiry:
+                await self._run_plugin(self._token)
+            return self._token
         if self._token_file and time.monotonic() - self._token_read_at > TOKEN_FILE_REREAD_S:
             self._read_token_file()
         return self._token
 
-    async def renew(self) -> None:
-        """The server answered 401: get a fresh credential before trying again."""
+    async def renew(self, refused: str | None = None) -> None:
+        """The server answered 401 to the credential `refused`: get a fresh one before
+        trying again (once for the many requests refused together)."""
         if self._pod_loader is not None:
             self._pod_loader.token_expires_at = datetime.datetime.min
         elif self._kube_loader is not None and _uses_exec(self._kube_loader):
-            if hasattr(self._kube_loader, "exec_plugin_expiry"):
-                del self._kube_loader.exec_plugin_expiry
-            await self._kube_loader.load_from_exec_plugin()
+            await self._run_plugin(refused)
         elif self._token_file:
             self._read_token_file()
+
+    async def _run_plugin(self, stale: str | None) -> None:
+        """Run the exec plugin, unless another request ran it since `stale` was current."""
+        loader = self._kube_loader
+        assert loader is not None
+        async with self._exec_lock:
+            if stale is not None and self._token != stale:
+                return
+            loader.__dict__.pop("exec_plugin_expiry", None)  # else the library keeps the old one
+            await loader.load_from_exec_plugin()
+            self._plugin_ran()
+
+    def _plugin_ran(self) -> None:
+        loader = self._kube_loader
+        assert loader is not None
+        self._token = getattr(loader, "token", None) or self._token
+        expiry = loader.__dict__.get("exec_plugin_expiry")
+        self._exec_expiry = expiry.timestamp() if isinstance(expiry, datetime.datetime) else None
 
     def _read_token_file(self) -> None:
         assert self._token_file is not None

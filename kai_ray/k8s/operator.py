@@ -10,6 +10,11 @@ restarted operator carries on from the objects alone: a gang left partly bound b
 crash is completed when it still fits, and evicted by the core's stale-gang rule when
 it does not. The loop steps when a watch sees a change (or a second passes, for timers
 such as a gang's grace period), through control.pacing like every backend.
+
+With leader election (`OperatorOptions.leader`, kai_ray.k8s.leader) a replica lists and
+watches as a warm standby, and steps (binds, evicts, writes status) only while it holds
+the Lease: every write passes the lease's fence, and losing the lease ends `run` with
+LeadershipLost at once.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from kai_ray.k8s import DEFAULT_SCHEDULER_NAMES
 from kai_ray.k8s.actuator import KubeActuator
 from kai_ray.k8s.client import Kube
 from kai_ray.k8s.devices import DeviceSharing, SharingOptions
+from kai_ray.k8s.leader import LeaderElector, LeaseOptions
 from kai_ray.k8s.source import KubeSource
 from kai_ray.k8s.watches import Watches
 from kai_ray.k8s.webhook import start_webhook
@@ -56,6 +62,7 @@ class OperatorOptions:
     # (host, port, token) of the dashboard; None: no dashboard. A host other than
     # loopback needs a token.
     dashboard: tuple[str, int, str | None] | None = ("127.0.0.1", DEFAULT_PORT, None)
+    leader: LeaseOptions | None = None  # None: no election, this process acts at once
 
 
 @dataclass(slots=True)
@@ -88,6 +95,9 @@ class Operator:
         )
         self.stats = CycleStats()
         self.dashboard: DashboardServer | None = None
+        self.leader = None if options.leader is None else LeaderElector(kube, options.leader)
+        if self.leader is not None:
+            kube.fence = self.leader.check  # no write from this session unless leading
         self._webhook: Any = None
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -123,14 +133,34 @@ class Operator:
         if self.options.webhook is not None:
             port, cert, key = self.options.webhook
             self._webhook = await start_webhook(port, cert, key, self.options.scheduler_names)
-        if self.actuator.sharing is not None:
-            await self.actuator.sharing.ensure_namespace()
-        await self.start()
-        pacing = Pacing(period=self.options.tick, settle=self.options.settle)
         try:
-            await paced_steps(self.changed, self._step, pacing)
+            await self.start()  # a standby's informers are warm when it takes over
+            if self.leader is not None:
+                await self.leader.acquire()
+            if self.actuator.sharing is not None:
+                await self.actuator.sharing.ensure_namespace()
+            await self._schedule()
         finally:
             await self.stop()
+            if self.leader is not None:
+                await self.leader.release()  # the steps have stopped: a standby may act now
+
+    async def _schedule(self) -> None:
+        """Step the loop; with leader election, until the lease is lost (LeadershipLost)."""
+        pacing = Pacing(period=self.options.tick, settle=self.options.settle)
+        steps = asyncio.create_task(paced_steps(self.changed, self._step, pacing))
+        if self.leader is None:
+            await steps
+            return
+        keep = asyncio.create_task(self.leader.keep())
+        try:
+            done, _ = await asyncio.wait({steps, keep}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (steps, keep):  # the step in flight stops at its next request
+                task.cancel()
+            await asyncio.gather(steps, keep, return_exceptions=True)
+        for task in done:
+            task.result()  # LeadershipLost
 
     async def _step(self, woken: bool) -> None:
         await self.cycle()

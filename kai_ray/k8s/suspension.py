@@ -25,6 +25,7 @@ from kai_ray.k8s.owners import Obj, as_count, meta, section, spec_of
 
 __all__ = [
     "SUSPENDABLE_KINDS",
+    "SUSPENDED_AT",
     "SUSPENDED_BY",
     "VIRTUAL",
     "cannot_suspend",
@@ -38,6 +39,9 @@ __all__ = [
 ]
 
 SUSPENDED_BY = "kai-ray.io/suspended-by"  # on an owner kai-ray suspended: why (kept for people)
+# When: the waiting pods' creation, so what counts from a pod's creation (the preemption
+# delay) counts from the suspension, as it would from KubeRay's new pods after an eviction.
+SUSPENDED_AT = "kai-ray.io/suspended-at"
 VIRTUAL = "kai-ray.io/waiting-while-suspended"  # on the pods standing for a suspended owner
 SUSPENDABLE_KINDS = ("RayCluster", "RayJob")
 _API = "ray.io/v1"
@@ -61,12 +65,14 @@ def suspended_by_us(obj: Obj | None) -> bool:
     return spec_of(obj).get("suspend") is True and SUSPENDED_BY in section(obj, "annotations")
 
 
-def suspend_patch(why: str) -> dict[str, Any]:
-    return {"metadata": {"annotations": {SUSPENDED_BY: why[:500]}}, "spec": {"suspend": True}}
+def suspend_patch(why: str, at: str) -> dict[str, Any]:
+    """`at`: an RFC 3339 time, as creationTimestamp is written."""
+    annotations = {SUSPENDED_BY: why[:500], SUSPENDED_AT: at}
+    return {"metadata": {"annotations": annotations}, "spec": {"suspend": True}}
 
 
 def resume_patch() -> dict[str, Any]:
-    return {"metadata": {"annotations": {SUSPENDED_BY: None}}, "spec": {"suspend": False}}
+    return {"metadata": {"annotations": {SUSPENDED_BY: None, SUSPENDED_AT: None}}, "spec": {"suspend": False}}
 
 
 def is_virtual(pod: Obj) -> bool:
@@ -123,6 +129,7 @@ class _Maker:
         ns, name = self.owner.get("namespace", "default"), self.owner["name"]
         tmeta, tspec = _part(template, "metadata"), _part(template, "spec")
         labels = {**(tmeta.get("labels") or {}), "ray.io/node-type": node_type, "ray.io/group": group}
+        made = (self.owner.get("annotations") or {}).get(SUSPENDED_AT) or self.owner.get("creationTimestamp")
         if self.kind == "RayCluster":
             labels["ray.io/cluster"] = name
         return {
@@ -130,7 +137,7 @@ class _Maker:
                 "name": f"{name}-{group}-{i}-waiting",
                 "namespace": ns,
                 "uid": f"virtual:{ns}/{self.kind}/{name}/{group}/{i}",
-                "creationTimestamp": self.owner.get("creationTimestamp"),
+                "creationTimestamp": made,
                 "labels": labels,
                 "annotations": {**(tmeta.get("annotations") or {}), VIRTUAL: "true"},
                 "ownerReferences": [

@@ -8,6 +8,7 @@ per server.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import secrets
 import shutil
@@ -47,17 +48,45 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+# Audited when asked: every binding and every write of a Lease, who sent it, the answer.
+_AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
+    "rules": [
+        {"level": "Metadata", "resources": [{"group": "", "resources": ["pods/binding"]}]},
+        {
+            "level": "Metadata",
+            "verbs": ["create", "update"],
+            "resources": [{"group": "coordination.k8s.io", "resources": ["leases"]}],
+        },
+        {"level": "None"},
+    ],
+}
+
+
 class ApiServer:
     """`with ApiServer() as api:` -> api.kubeconfig (a file), api.url, api.token.
-    `rbac=True` authorises by RBAC (the admin token is in system:masters either way)."""
+    `rbac=True` authorises by RBAC (the admin token is in system:masters either way).
+    `users`: more users of system:masters, each with a token of its own (`kubeconfig_as`),
+    so that the audit log (`audit=True`: bindings and Lease writes, in `audit_log`) tells
+    apart what each client did."""
 
     def __init__(
-        self, *, rbac: bool = False, workdir: str | None = None, extra_args: tuple[str, ...] = ()
+        self,
+        *,
+        rbac: bool = False,
+        workdir: str | None = None,
+        extra_args: tuple[str, ...] = (),
+        users: tuple[str, ...] = (),
+        audit: bool = False,
     ) -> None:
         self.rbac = rbac
         self.extra_args = extra_args
         self.dir = Path(workdir or tempfile.mkdtemp(prefix="kai-ray-apiserver-"))
         self.token = secrets.token_hex(16)
+        self.tokens = {"admin": self.token, **{u: secrets.token_hex(16) for u in users}}
+        self.audit_log = self.dir / "audit.log" if audit else None
         self.port = _free_port()
         self.url = f"https://127.0.0.1:{self.port}"
         self.kubeconfig = str(self.dir / "kubeconfig")
@@ -94,7 +123,12 @@ class ApiServer:
             ],
         )
         self._keys()
-        (self.dir / "tokens.csv").write_text(f'{self.token},admin,1,"system:masters"\n')
+        (self.dir / "tokens.csv").write_text(
+            "".join(
+                f'{token},{user},{i + 1},"system:masters"\n'
+                for i, (user, token) in enumerate(self.tokens.items())
+            )
+        )
         self._spawn(
             "apiserver",
             [
@@ -115,11 +149,38 @@ class ApiServer:
                 "--endpoint-reconciler-type=none",
                 "--max-requests-inflight=800",
                 "--max-mutating-requests-inflight=400",
+                *self._audit_args(),
                 *self.extra_args,
             ],
         )
         self._write_kubeconfig()
         self._wait_ready()
+
+    def _audit_args(self) -> list[str]:
+        if self.audit_log is None:
+            return []
+        policy = self.dir / "audit-policy.yaml"
+        policy.write_text(yaml.safe_dump(_AUDIT_POLICY))
+        return [
+            f"--audit-policy-file={policy}",
+            f"--audit-log-path={self.audit_log}",
+            "--audit-log-mode=blocking",  # an event is on disk when its answer is sent
+        ]
+
+    def audit_events(self) -> list[dict[str, Any]]:
+        """The audit log's events so far (audit=True)."""
+        assert self.audit_log is not None, "ApiServer(audit=True) keeps an audit log"
+        if not self.audit_log.exists():
+            return []
+        lines = self.audit_log.read_text().splitlines()
+        return [json.loads(line) for line in lines if line.strip()]
+
+    def kubeconfig_as(self, user: str, path: Path) -> str:
+        """A kubeconfig logging in with `user`'s token (one of `users`)."""
+        config = yaml.safe_load(Path(self.kubeconfig).read_text())
+        config["users"] = [{"name": "admin", "user": {"token": self.tokens[user]}}]
+        path.write_text(yaml.safe_dump(config))
+        return str(path)
 
     def _spawn(self, name: str, argv: list[str]) -> None:
         log = open(self.dir / f"{name}.log", "wb")  # noqa: SIM115 - lives as long as the process

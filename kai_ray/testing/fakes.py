@@ -22,9 +22,8 @@ from kai_ray.k8s.sharing import DEVICE_ANNOTATION, RESERVATION_LABEL
 
 __all__ = ["CRD_STAND_INS", "FakeKubelet", "KubeRayStandIn", "make_node"]
 
-CRD_STAND_INS = Path(__file__).with_name(
-    "fakecrds"
-)  # a schemaless CRD of KAI's Queue (issue 23 brings its own)
+# A schemaless CRD of KAI's Queue (issue 23 brings its own).
+CRD_STAND_INS = Path(__file__).with_name("fakecrds")
 
 log = logging.getLogger(__name__)
 QUEUE_LABEL = "kai.scheduler/queue"

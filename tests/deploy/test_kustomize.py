@@ -58,6 +58,8 @@ def test_the_base_renders_the_charts_rules_and_the_images_command(helm_kubectl: 
             ("ServiceAccount", "kai-ray"),
             ("ClusterRole", "kai-ray"),
             ("ClusterRoleBinding", "kai-ray"),
+            ("Role", "kai-ray-leader-election"),
+            ("RoleBinding", "kai-ray-leader-election"),
             ("Deployment", "kai-ray"),
             *[("PriorityClass", c) for c in ("train", "build-preemptible", "build", "inference")],
             *[("CustomResourceDefinition", crd) for crd in crd_names()],
@@ -67,6 +69,9 @@ def test_the_base_renders_the_charts_rules_and_the_images_command(helm_kubectl: 
     # The same rules as the chart's (default values: no GPU sharing), so the same
     # least-privilege checks hold for both.
     assert one(docs, "ClusterRole")["rules"] == one(render(helm), "ClusterRole")["rules"]
+    assert one(docs, "Role")["rules"] == one(render(helm), "Role")["rules"]  # the Lease kai-ray
+    assert one(docs, "Role")["metadata"]["namespace"] == RELEASE_NS
+    assert one(docs, "RoleBinding")["subjects"] == binding_subjects()
     binding = one(docs, "ClusterRoleBinding")
     assert binding["roleRef"]["name"] == "kai-ray"
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "kai-ray", "namespace": RELEASE_NS}]
@@ -75,11 +80,12 @@ def test_the_base_renders_the_charts_rules_and_the_images_command(helm_kubectl: 
     assert classes == {"train": 50, "build-preemptible": 75, "build": 100, "inference": 125}
 
     # The Deployment runs the operator with the account, as the image's command does,
-    # with flags `kai-ray operator` accepts; one replica, never two at once.
+    # with flags `kai-ray operator` accepts; one replica acting at a time (the Lease), an
+    # upgrade rolling (the new pod waits for the Lease the old one hands back).
     deployment = one(docs, "Deployment")
     assert deployment["metadata"]["namespace"] == RELEASE_NS
     spec = deployment["spec"]
-    assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
+    assert spec["replicas"] == 1 and spec["strategy"]["type"] == "RollingUpdate"
     assert spec["template"]["spec"]["serviceAccountName"] == "kai-ray"
     (container,) = spec["template"]["spec"]["containers"]
     (charts,) = one(render(helm), "Deployment")["spec"]["template"]["spec"]["containers"]
@@ -90,6 +96,8 @@ def test_the_base_renders_the_charts_rules_and_the_images_command(helm_kubectl: 
     args = build_parser().parse_args(argv[1:])
     assert args.scheduler_names == ["kai-ray", "kai-scheduler"] and args.default_queue == "default-queue"
     assert not args.install_crds and not args.in_ray  # the account may not write CRDs
+    assert args.leader_elect and args.leader_elect_name == "kai-ray"  # the Role's lease
+    assert args.leader_elect_namespace is None  # the pod's own: the Role's namespace
     assert args.dashboard.startswith("127.0.0.1:")  # no Service, no token: port-forward only
     # No autoscaler assumed, and no wait for nodes: what the operator does without either.
     options = operator_options(args)
@@ -107,6 +115,10 @@ def test_the_base_renders_the_charts_rules_and_the_images_command(helm_kubectl: 
     # KAI's default queues, as the chart makes them.
     chart_queues = {d["metadata"]["name"]: d["spec"] for d in render(helm) if d["kind"] == "Queue"}
     assert {q["metadata"]["name"]: q["spec"] for q in queues} == chart_queues
+
+
+def binding_subjects() -> list[dict[str, str]]:
+    return [{"kind": "ServiceAccount", "name": "kai-ray", "namespace": RELEASE_NS}]
 
 
 def crd_names() -> list[str]:

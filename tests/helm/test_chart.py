@@ -186,10 +186,57 @@ def test_gpu_sharing_renders_a_tls_webhook_and_only_what_it_needs(helm_kubectl: 
     (role,) = [d for d in docs if d["kind"] == "ClusterRole"]
     resources = {r for rule in role["rules"] for r in rule["resources"]}
     assert "configmaps" in resources and "secrets" not in resources
-    (reservations,) = [d for d in docs if d["kind"] == "Role"]
+    (reservations,) = [
+        d for d in docs if d["kind"] == "Role" and "leader-election" not in d["metadata"]["name"]
+    ]
     assert reservations["metadata"]["namespace"] == "kai-ray-reservation"
     default_role = next(d for d in render(helm_kubectl[0]) if d["kind"] == "ClusterRole")
     assert "configmaps" not in {r for rule in default_role["rules"] for r in rule["resources"]}
+
+
+def test_leader_election_renders_a_lease_role_and_a_rolling_deployment(helm_kubectl: tuple[str, str]) -> None:
+    helm = helm_kubectl[0]
+    docs = render(helm, "controller.replicas=2", "leaderElection.leaseDuration=30")
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
+    script = deployment["spec"]["template"]["spec"]["containers"][0]["command"][2]
+    assert "--leader-elect-name kai-ray --leader-elect-lease-duration 30 " in script
+    (role,) = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == "kai-ray-leader-election"]
+    assert role["metadata"]["namespace"] == "kai-ray"
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": ["kai-ray"],
+            "verbs": ["get", "update"],
+        },
+    ]
+    (binding,) = [d for d in docs if d["kind"] == "RoleBinding"]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "kai-ray", "namespace": "kai-ray"}]
+
+    off = render(helm, "leaderElection.enabled=false")
+    (deployment,) = [d for d in off if d["kind"] == "Deployment"]
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"} and deployment["spec"]["replicas"] == 1
+    assert "--no-leader-elect" in deployment["spec"]["template"]["spec"]["containers"][0]["command"][2]
+    assert not [d for d in off if d["kind"] in ("Role", "RoleBinding")]
+    done = subprocess.run(
+        [
+            helm,
+            "template",
+            "x",
+            str(CHART),
+            "--set",
+            "controller.replicas=2",
+            "--set",
+            "leaderElection.enabled=false",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode != 0 and "controller.replicas > 1 needs leaderElection.enabled=true" in done.stderr
 
 
 @pytest.mark.parametrize("mode", ["deployment", "kuberay"])

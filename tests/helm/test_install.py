@@ -53,6 +53,8 @@ def account_kubeconfig(k8s: K8sEnv, path: Path) -> str:
     )
     config = yaml.safe_load(Path(k8s.api.kubeconfig).read_text())
     config["users"] = [{"name": "admin", "user": {"token": answer["status"]["token"]}}]
+    # The account's own namespace, as in its pod: where the operator takes its Lease.
+    config["contexts"][0]["context"]["namespace"] = RELEASE_NS
     path.write_text(yaml.safe_dump(config))
     return str(path)
 
@@ -95,11 +97,28 @@ def can(kubectl: str, kubeconfig: str, verb: str, resource: str, *extra: str) ->
     return done.stdout.strip() == "yes"
 
 
+# Leader election: its Lease, in the release namespace only ("leases.x/NAME": by name).
+NEEDED_IN_NAMESPACE = [("create", "leases"), ("get", "leases/kai-ray"), ("update", "leases/kai-ray")]
+NOT_NEEDED_IN_NAMESPACE = [("update", "leases/another"), ("delete", "leases/kai-ray"), ("list", "leases")]
+
+
 def assert_least_privilege(kubectl: str, kubeconfig: str) -> None:
     for verb, resource in NEEDED:
         assert can(kubectl, kubeconfig, verb, resource, "--all-namespaces"), (verb, resource)
     for verb, resource in NOT_NEEDED:
         assert not can(kubectl, kubeconfig, verb, resource, "--all-namespaces"), (verb, resource)
+    for verb, lease in NEEDED_IN_NAMESPACE:
+        assert can_lease(kubectl, kubeconfig, verb, lease, RELEASE_NS), (verb, lease)
+    for verb, lease in NOT_NEEDED_IN_NAMESPACE:
+        assert not can_lease(kubectl, kubeconfig, verb, lease, RELEASE_NS), (verb, lease)
+    assert not can_lease(kubectl, kubeconfig, "create", "leases", "default")
+    assert not can_lease(kubectl, kubeconfig, "update", "leases/kai-ray", "default")
+
+
+def can_lease(kubectl: str, kubeconfig: str, verb: str, lease: str, namespace: str) -> bool:
+    resource = lease.replace("leases", "leases.coordination.k8s.io", 1)
+    argv = [kubectl, "--kubeconfig", kubeconfig, "auth", "can-i", verb, resource, "-n", namespace]
+    return run(*argv, check=False).stdout.strip() == "yes"
 
 
 def test_install_schedule_with_its_account_and_uninstall(rbac_cluster: K8sEnv, tmp_path: Path) -> None:

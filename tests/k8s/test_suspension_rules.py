@@ -6,7 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from kai_ray.k8s.gangs import build_gangs
+from kai_ray.k8s.owners import epoch
 from kai_ray.k8s.suspension import (
+    SUSPENDED_AT,
     SUSPENDED_BY,
     cannot_suspend,
     resume_patch,
@@ -78,8 +80,24 @@ def test_a_suspended_rayjob_waits_with_its_submitters_room() -> None:
 
 
 def test_suspend_and_resume_patches() -> None:
-    assert suspend_patch("preempted")["spec"] == {"suspend": True}
-    assert resume_patch() == {"metadata": {"annotations": {SUSPENDED_BY: None}}, "spec": {"suspend": False}}
+    patch = suspend_patch("preempted", "2026-11-25T09:00:00Z")
+    assert patch["spec"] == {"suspend": True}
+    assert patch["metadata"]["annotations"] == {
+        SUSPENDED_BY: "preempted",
+        SUSPENDED_AT: "2026-11-25T09:00:00Z",
+    }
+    undone = resume_patch()
+    assert undone["spec"] == {"suspend": False}
+    assert set(undone["metadata"]["annotations"].values()) == {None}  # both annotations removed
+
+
+def test_a_suspended_gang_waits_from_its_suspension_not_its_creation() -> None:
+    owner = _owner("RayCluster", cluster_spec(group("gpu", replicas=1)))
+    owner["metadata"]["annotations"][SUSPENDED_AT] = "2026-11-25T09:00:00Z"
+    pods = virtual_pods("RayCluster", owner, "kai-ray")
+    assert {p["metadata"]["creationTimestamp"] for p in pods} == {"2026-11-25T09:00:00Z"}
+    [gang] = build_gangs(pods, {("RayCluster", "ml", "rc"): owner}, {}, scheduler_names=("kai-ray",))
+    assert gang.created_at == epoch(owner)  # its place in line is its age, kept
 
 
 def test_scale_down_names_the_workers_and_lowers_replicas() -> None:

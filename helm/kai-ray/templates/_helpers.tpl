@@ -37,6 +37,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- fail (printf "autoscaling.preemptionDelay is %q: write a duration such as 2m, 90s or 0s" (toString .)) }}
 {{- end }} --preemption-delay {{ . }}
 {{- end }}
+{{- with .Values.leaderElection }}{{ if .enabled }} --leader-elect-name {{ $.Release.Name }} --leader-elect-lease-duration {{ .leaseDuration }} --leader-elect-renew-deadline {{ .renewDeadline }} --leader-elect-retry-period {{ .retryPeriod }}{{ else }} --no-leader-elect{{ end }}{{ end }}
 {{- if .Values.gpuSharing.enabled }} --gpu-sharing {{ include "kai-ray.image" . }} --webhook {{ .Values.gpuSharing.webhookPort }} /etc/kai-ray/webhook/tls.crt /etc/kai-ray/webhook/tls.key{{ end }}
 {{- end -}}
 
