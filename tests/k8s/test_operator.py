@@ -155,27 +155,6 @@ def test_inference_preempts_training_which_resumes_when_room_returns(k8s: K8sEnv
     )
 
 
-def test_elastic_workers_are_placed_beyond_the_gang_and_taken_first(k8s: K8sEnv) -> None:
-    k8s.node("n0", gpus=4)
-    k8s.queue("team", gpu=4)
-    k8s.start_fakes()
-    k8s.start_operator()
-    # The gang is head + 1 worker; 3 more workers are elastic surplus.
-    k8s.create(
-        RC,
-        raycluster(
-            "elastic", group("gpu", replicas=4, min_replicas=1, gpus=1), queue="team", priority="train"
-        ),
-    )
-    k8s.wait_for("all 4 workers placed", lambda: len(running(k8s.cluster_pods("elastic"))) == 5)
-    k8s.create(RC, raycluster("urgent", group("gpu", replicas=1, gpus=2), queue="team", priority="inference"))
-    k8s.wait_for("urgent running", lambda: len(running(k8s.cluster_pods("urgent"))) == 2, timeout=60)
-    left = bound(k8s.cluster_pods("elastic"))
-    workers = [p for p in left if p["metadata"]["labels"]["ray.io/node-type"] == "worker"]
-    assert len(workers) == 2  # two surplus workers gave way; the gang itself kept running
-    assert any(p["metadata"]["labels"]["ray.io/node-type"] == "head" for p in left)
-
-
 def test_k8s_job_mode_rayjob_runs_with_its_submitter(k8s: K8sEnv) -> None:
     k8s.node("n0", gpus=2, cpu="4")
     k8s.queue("team", gpu=2)

@@ -153,11 +153,14 @@ def test_a_preempted_rayjob_is_suspended_then_running_again_with_no_pod_made_in_
     assert not _uids(k8s.cluster_pods(again)) & before  # a new cluster, made after the resume
 
 
-def test_surplus_workers_go_through_kuberays_scale_down(k8s: K8sEnv) -> None:
+def test_elastic_workers_are_placed_beyond_the_gang_and_taken_back_through_kuberays_scale_down(
+    k8s: K8sEnv,
+) -> None:
     k8s.node("n0", gpus=4)
     k8s.queue("team", gpu=4)
     k8s.start_fakes()
     k8s.start_operator()
+    # The gang is head + 1 worker; 3 more workers are elastic surplus.
     k8s.create(
         RC,
         raycluster(
@@ -178,3 +181,5 @@ def test_surplus_workers_go_through_kuberays_scale_down(k8s: K8sEnv) -> None:
     assert len(taken) == 2 and taken <= {p["metadata"]["name"] for p in first}
     _no_pod_made_while(k8s, "elastic", _uids(first), seconds=2)
     assert len(running(k8s.cluster_pods("elastic"))) == 3
+    left = bound(k8s.cluster_pods("elastic"))
+    assert [p["metadata"]["labels"]["ray.io/node-type"] for p in left].count("head") == 1
