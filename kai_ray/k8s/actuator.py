@@ -28,7 +28,7 @@ from kai_ray.k8s.gangs import Gang
 from kai_ray.k8s.report import Reporter
 from kai_ray.k8s.sharing import GPU_GROUP_ANNOTATION
 from kai_ray.k8s.source import KubeSource
-from kai_ray.k8s.suspension import cannot_suspend, resume_patch, scale_down, suspend_patch
+from kai_ray.k8s.suspension import cannot_suspend, resume_patch, scale_down, suspend_patch, suspended_by_us
 from kai_ray.k8s.watches import OWNER_APIS
 from kai_ray.k8s.world import SUBMITTER_TASK
 
@@ -132,6 +132,10 @@ class KubeActuator:
         moved = any(e.action == "consolidation" for _, e in taken)  # a move wants the pod made again
         if gang is not None and not moved:
             owner = self.source.owners.get((gang.kind, gang.namespace, gang.name))
+            if suspended_by_us(owner):
+                # Suspended already: KubeRay is taking these pods away. Scaling its groups
+                # down or evicting now would only shrink what resumes.
+                return []
             if _whole(gang, taken) and not cannot_suspend(gang.kind, owner):
                 return [self._suspend(gang, taken)]
             cluster = _cluster_of(self.source, taken)

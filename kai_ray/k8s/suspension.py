@@ -90,7 +90,7 @@ def virtual_scheduler(names: Collection[str]) -> str:
 def virtual_pods(kind: str, obj: Obj, scheduler: str) -> list[dict[str, Any]]:
     """The pods KubeRay will make when `obj` (suspended by kai-ray) resumes: a head and
     each worker group's replicas (within its min and max) x numOfHosts; none otherwise."""
-    if kind not in SUSPENDABLE_KINDS or not suspended_by_us(obj):
+    if kind not in SUSPENDABLE_KINDS or not suspended_by_us(obj) or not _kuberay_suspended(kind, obj):
         return []
     spec = spec_of(obj)
     cluster = spec if kind == "RayCluster" else spec.get("rayClusterSpec")
@@ -107,6 +107,17 @@ def virtual_pods(kind: str, obj: Obj, scheduler: str) -> list[dict[str, Any]]:
         for i in range(_replicas(group) * max(1, as_count(group.get("numOfHosts"), 1))):
             pods.append(make.pod(name, "worker", template, i))
     return pods
+
+
+def _kuberay_suspended(kind: str, obj: Obj) -> bool:
+    """Whether KubeRay says it is done suspending (its pods are gone). Until then the gang
+    is its real pods, on their way out: a gang of both would count them twice."""
+    status = obj.get("status") or {}
+    if kind == "RayJob":
+        return status.get("jobDeploymentStatus") == "Suspended"
+    conditions = status.get("conditions") or []
+    said = any(c.get("type") == "RayClusterSuspended" and c.get("status") == "True" for c in conditions)
+    return said or status.get("state") == "suspended"
 
 
 def _replicas(group: Obj) -> int:

@@ -47,7 +47,9 @@ def test_a_preempted_raycluster_is_suspended_and_resumed_with_no_pod_made_in_bet
     )
 
     k8s.create(RC, raycluster("high", group("gpu", replicas=1, gpus=4), queue="team", priority="inference"))
-    low = k8s.wait_for("low suspended", lambda: (o := k8s.get(f"{RC}/low"))["spec"].get("suspend") and o)
+    low = k8s.wait_for(
+        "low suspended", lambda: (o := k8s.get(f"{RC}/low"))["spec"].get("suspend") and o, timeout=60
+    )
     assert "preempt" in low["metadata"]["annotations"][SUSPENDED_BY]
     k8s.wait_for("high running", lambda: len(running(k8s.cluster_pods("high"))) == 2, timeout=60)
     _no_pod_made_while(k8s, "low", _uids(first), seconds=3)

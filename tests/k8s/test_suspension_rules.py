@@ -31,6 +31,8 @@ def _owner(kind: str, spec: dict[str, Any], *, suspended: bool = True) -> dict[s
             "annotations": annotations,
         },
         "spec": {**spec, "suspend": suspended},
+        # KubeRay's word that its pods are gone (a RayJob's: jobDeploymentStatus Suspended)
+        "status": {"state": "suspended"} if suspended else {},
     }
 
 
@@ -56,7 +58,11 @@ def test_a_suspended_cluster_waits_as_the_pods_kuberay_makes_on_resume() -> None
     assert kinds == [("head", "head")] + [("worker", "gpu")] * 3 + [("worker", "cpu")] * 2
     assert {p["spec"]["schedulerName"] for p in pods} == {"kai-scheduler"}
     assert not any(p["spec"].get("nodeName") for p in pods)
-    # Not suspended, or suspended by someone else: nothing stands in for it.
+    # Not yet suspended by KubeRay (its pods still going), not suspended, or suspended by
+    # someone else: nothing stands in for it.
+    going = _owner("RayCluster", spec)
+    going["status"] = {}
+    assert virtual_pods("RayCluster", going, "kai-scheduler") == []
     assert virtual_pods("RayCluster", _owner("RayCluster", spec, suspended=False), "kai-scheduler") == []
     by_user = _owner("RayCluster", spec)
     by_user["metadata"]["annotations"] = {}
