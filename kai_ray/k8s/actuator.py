@@ -29,7 +29,7 @@ from kai_ray.k8s.report import Reporter
 from kai_ray.k8s.sharing import GPU_GROUP_ANNOTATION
 from kai_ray.k8s.source import KubeSource
 from kai_ray.k8s.suspension import cannot_suspend, resume_patch, scale_down, suspend_patch, suspended_by_us
-from kai_ray.k8s.watches import OWNER_APIS
+from kai_ray.k8s.watches import owner_path
 from kai_ray.k8s.world import SUBMITTER_TASK
 
 __all__ = ["ActuatorStats", "KubeActuator"]
@@ -106,7 +106,7 @@ class KubeActuator:
     # ------------------------------------------------------------ evicting
 
     async def _resume(self, gang: Gang) -> None:
-        await self.kube.patch(_owner_path(gang.kind, gang.namespace, gang.name), resume_patch())
+        await self.kube.patch(owner_path(gang.kind, gang.namespace, gang.name), resume_patch())
         self.stats.resumed += 1
         await self.reporter.event(gang, "Normal", "Resumed", "admitted again by kai-ray: resumed")
 
@@ -139,20 +139,17 @@ class KubeActuator:
             if _whole(gang, taken) and not cannot_suspend(gang.kind, owner):
                 return [self._suspend(gang, taken)]
             cluster = _cluster_of(self.source, taken)
-            patch = scale_down(cluster, [p for p, _ in taken]) if cluster is not None else None
-            if patch is not None and cluster is not None:
+            if cluster is not None and (patch := scale_down(cluster, [p for p, _ in taken])) is not None:
                 return [self._scale_down(cluster, patch, job, taken)]
         return [self._evict_pod(pod, job, e) for pod, e in taken]
 
     async def _suspend(self, gang: Gang, taken: list[tuple[dict[str, Any], Evict]]) -> None:
         why = f"{taken[0][1].action}: {taken[0][1].reason}"  # e.g. "preempt: for ml/RayCluster/x"
         at = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        await self.kube.patch(_owner_path(gang.kind, gang.namespace, gang.name), suspend_patch(why, at))
+        await self.kube.patch(owner_path(gang.kind, gang.namespace, gang.name), suspend_patch(why, at))
         self.stats.suspended += 1
-        self.stats.evicted += len(taken)
         await self.reporter.event(gang, "Warning", "Suspended", f"suspended by kai-ray: {why}")
-        for pod, e in taken:
-            await self.reporter.evicted(pod, gang.id, e)
+        await self._taken(gang.id, taken)
 
     async def _scale_down(
         self,
@@ -162,7 +159,11 @@ class KubeActuator:
         taken: list[tuple[dict[str, Any], Evict]],
     ) -> None:
         meta = cluster["metadata"]
-        await self.kube.patch(_owner_path("RayCluster", meta["namespace"], meta["name"]), patch)
+        await self.kube.patch(owner_path("RayCluster", meta["namespace"], meta["name"]), patch)
+        await self._taken(job, taken)
+
+    async def _taken(self, job: str, taken: list[tuple[dict[str, Any], Evict]]) -> None:
+        """Pods their owner's controller takes away: counted and told as evicted."""
         self.stats.evicted += len(taken)
         for pod, e in taken:
             await self.reporter.evicted(pod, job, e)
@@ -172,11 +173,6 @@ class KubeActuator:
         if await self.kube.evict(meta["namespace"], meta["name"]):
             self.stats.evicted += 1
             await self.reporter.evicted(pod, job, e)
-
-
-def _owner_path(kind: str, namespace: str, name: str) -> str:
-    group, plural = OWNER_APIS[kind].rsplit("/", 1)
-    return f"{group}/namespaces/{namespace}/{plural}/{name}"
 
 
 def _whole(gang: Gang, taken: list[tuple[dict[str, Any], Evict]]) -> bool:

@@ -11,7 +11,7 @@ from kai_ray.k8s.client import Kube
 from kai_ray.k8s.informer import Informer
 from kai_ray.k8s.queues import KAI_RAY_QUEUE_API
 
-__all__ = ["OWNER_APIS", "QUEUE_APIS", "OwnerObjects", "Subscriber", "Watches"]
+__all__ = ["OWNER_APIS", "QUEUE_APIS", "OwnerObjects", "Subscriber", "Watches", "owner_path"]
 
 OWNER_APIS = {
     "RayCluster": "/apis/ray.io/v1/rayclusters",
@@ -19,6 +19,14 @@ OWNER_APIS = {
     "RayService": "/apis/ray.io/v1/rayservices",
     "Job": "/apis/batch/v1/jobs",
 }
+
+
+def owner_path(kind: str, namespace: str, name: str) -> str:
+    """The API path of one owner object of a kind in OWNER_APIS."""
+    group, plural = OWNER_APIS[kind].rsplit("/", 1)
+    return f"{group}/namespaces/{namespace}/{plural}/{name}"
+
+
 QUEUE_APIS = (f"/apis/{KAI_RAY_QUEUE_API}/queues", "/apis/scheduling.run.ai/v2/queues")
 
 
