@@ -114,6 +114,23 @@ class QueueUsage:
         self.allocated_nonpreemptible: list[list[float]] = [[0.0, 0.0, 0.0] for _ in range(q)]
         self.requested = np.zeros((q, 3))
 
+    def add_undoable(self, queue: int, amount: FloatArray, nonpreemptible: bool, sign: float = 1.0) -> Callable[[], None]:
+        """add, and how to take it back to the very same figures: the rows as they were
+        (adding the opposite need not give the same bits back, and a trial the reference
+        never made must leave no trace)."""
+        ancestors = self.tree.ancestors[queue]
+        allocated = [(a, self.allocated[a][:]) for a in ancestors]
+        held = [(a, self.allocated_nonpreemptible[a][:]) for a in ancestors] if nonpreemptible else []
+        self.add(queue, amount, nonpreemptible, sign)
+
+        def undo() -> None:
+            for a, row in allocated:
+                self.allocated[a][:] = row
+            for a, row in held:
+                self.allocated_nonpreemptible[a][:] = row
+
+        return undo
+
     def add(self, queue: int, amount: FloatArray, nonpreemptible: bool, sign: float = 1.0) -> None:
         g, c, m = amount.tolist()
         if sign < 0:

@@ -9,7 +9,7 @@ import numpy as np
 from kai_ray.core.capacity import capacity_problem
 from kai_ray.core.cluster import EPS, Job, Task
 from kai_ray.core.context import CycleContext
-from kai_ray.core.failedsearches import FailedSearches, search_key
+from kai_ray.core.failedsearches import FailedSearches, Grounds, search_key
 from kai_ray.core.preemptiondelay import HeldBack
 from kai_ray.core.reasons import unmet_affinity
 from kai_ray.core.settling import each_waiting_gang
@@ -30,7 +30,7 @@ def consolidate(ctx: CycleContext) -> None:
         "consolidation",
         failed,
         lambda job: _step(ctx, job, failed, held),
-        idle=lambda job, key: True,  # a failed key: no search, no reason (see _step)
+        lambda key: True,  # a failed key: no search, no reason (see _step)
     )
 
 
@@ -38,26 +38,32 @@ def _step(ctx: CycleContext, job: Job, failed: FailedSearches, held: HeldBack) -
     if job.incomplete():
         return  # too few tasks are left for its gang (or a subgroup's): it never starts part-way
     gang = job.missing()
-    if gang and ctx.policy.may_be_victim(job) and unmet_affinity(ctx.placer, gang) is None:
-        # The key first: summing the free room over ten thousand nodes for each of a
-        # thousand look-alike jobs would cost more than the rest of the action.
-        key = search_key(job, gang, "consolidation")
-        if failed.known(key):
-            pass  # the same gang already found no moves (or no total room)
-        elif held.known(key) and (waits := held.waits(job)) is not None:
-            ctx.stmt.set_reason(job.name, waits)  # a look-alike would move others: this one too
-        elif not _room_in_total(ctx, job, gang):
-            failed.add(key, None)  # room alone decided it: the same for look-alikes
-        elif capacity_problem(ctx.state, ctx.shares, job, ctx.amount(gang)) is None:
-            start = ctx.stmt.checkpoint()
-            if not _consolidate_for(ctx, job, gang):
-                failed.add(key, None)
-            elif (waits := held.waits(job)) is not None:  # a move stops the moved job: wait first
-                ctx.stmt.rollback(start)
-                held.add(key)
-                ctx.stmt.set_reason(job.name, waits)
-            else:
-                failed.clear()  # jobs moved: an earlier failure may succeed now
+    if not gang:
+        return
+    # The key first: summing the free room over ten thousand nodes for each of a
+    # thousand look-alike jobs would cost more than the rest of the action.
+    key = search_key(job, gang, "consolidation")
+    if failed.known(key):
+        pass  # the same gang already found no moves (or no total room)
+    elif not ctx.policy.may_be_victim(job) or unmet_affinity(ctx.placer, gang) is not None:
+        failed.add(key, None, Grounds.NODES)  # never moved for: nothing to find, ever
+    elif held.known(key) and (waits := held.waits(job)) is not None:
+        ctx.stmt.set_reason(job.name, waits)  # a look-alike would move others: this one too
+    elif not _room_in_total(ctx, job, gang):
+        failed.add(key, None, Grounds.ROOM)  # room alone decided it: the same for look-alikes
+    elif capacity_problem(ctx.state, ctx.shares, job, ctx.amount(gang)) is not None:
+        failed.add(key, None, Grounds.SHARE)  # its queue may not grow by the gang
+    else:
+        start = ctx.stmt.checkpoint()
+        if not _consolidate_for(ctx, job, gang):
+            # Moves read the room and the candidates, never the queues' standings.
+            failed.add(key, None, (Grounds.VERDICTS, ()))
+        elif (waits := held.waits(job)) is not None:  # a move stops the moved job: wait first
+            ctx.stmt.rollback(start)
+            held.add(key)
+            ctx.stmt.set_reason(job.name, waits)
+        else:
+            failed.clear()  # jobs moved: an earlier failure may succeed now
 
 
 def _room_in_total(ctx: CycleContext, job: Job, gang: list[Task]) -> bool:

@@ -10,6 +10,7 @@ from kai_ray.core.capacity import capped
 from kai_ray.core.cluster import ClusterState, FloatArray, Job, Task
 from kai_ray.core.fairshare import FairShares
 from kai_ray.core.hooks import ShareRows
+from kai_ray.core.incremental.gangs import KeptGangs
 from kai_ray.core.incremental.waitingline import WaitingLine
 from kai_ray.core.jobqueues import JobQueues, line_entries
 from kai_ray.core.model import SchedulerConfig
@@ -37,6 +38,8 @@ class CycleContext:
     # Seconds a job that would evict others waits first for new nodes: the config's
     # preemption delay where the snapshot says the cluster can grow, else 0.
     preemption_delay: float = 0.0
+    # A cycle cache's lines and failures for the actions that evict (incremental/gangs.py).
+    kept: KeptGangs | None = None
     # A job's next request, while it waits in a JobQueues (its tasks do not change there).
     _next_amount: dict[int, list[float]] = field(default_factory=dict)
     # n times a shared per-task amount, by (id of that amount, n): read-only arrays.

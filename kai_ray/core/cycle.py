@@ -133,6 +133,7 @@ def prepare_cycle(
         stmt=Statement(state, undoable_cycle=cache is not None),
         policy=policy,
         line=None if cache is None else cache.line,
+        kept=None if cache is None else cache.kept(config.actions),
         preemption_delay=config.preemption_delay_s if snapshot.can_grow else 0.0,
     )
 

@@ -27,7 +27,7 @@ from kai_ray.core.capacity import (
 from kai_ray.core.cluster import EPS, Job, Task
 from kai_ray.core.consolidation import consolidate
 from kai_ray.core.context import CycleContext
-from kai_ray.core.failedsearches import FailedSearches, FailureKey, search_key
+from kai_ray.core.failedsearches import FailedSearches, FailureKey, Grounds, search_key
 from kai_ray.core.hooks import ReclaimSides
 from kai_ray.core.model import Reason, TaskStatus
 from kai_ray.core.preemptiondelay import HeldBack
@@ -66,6 +66,9 @@ class VictimSearch:
     evict_reason: EvictReason
     giving: GivingOrder | None = None  # between queues: the order queues give victims in
     holds: Callable[[], bool] = _always  # what the state must keep once the job is placed
+    # What the search decides from the queues' standings about these candidates (a search
+    # that found no room with the same verdicts finds none again): none by default.
+    verdicts: Callable[[list[Unit]], tuple[object, ...]] = lambda units: ()
 
 
 class _Candidates:
@@ -93,9 +96,10 @@ def make_room(
     gang = job.missing()
     if not gang or job.incomplete():
         return False
-    if unmet_affinity(ctx.placer, gang) is not None:
-        return False  # no victim frees a node that does not exist (allocate said so)
     key = search_key(job, gang, search.action)
+    if unmet_affinity(ctx.placer, gang) is not None:
+        failed.add(key, None, Grounds.NODES)  # no victim frees a node that does not exist (allocate said so)
+        return False
     if failed.known(key):
         _say(ctx, job, failed.reason(key))
         return False
@@ -114,7 +118,8 @@ def make_room(
         return True
 
     start, evictions = ctx.stmt.checkpoint(), ctx.stmt.evictions
-    if _attempt(ctx, job, gang, victims, search, allowed):
+    outcome = _attempt(ctx, job, gang, victims, search, allowed)
+    if outcome is _PLACED:
         waits = held.waits(job) if ctx.stmt.evictions > evictions else None
         if waits is not None:  # it would evict, but waits for new nodes first
             ctx.stmt.rollback(start)
@@ -123,10 +128,25 @@ def make_room(
             return False
         failed.clear()  # room moved: an earlier failure may succeed now
         return True
-    reason = _min_runtime_blocks(ctx, job, gang, victims, search) if protected else None
-    failed.add(key, reason)
+    if protected:  # time may lift the protection: this failure is this cycle's alone
+        reason = _min_runtime_blocks(ctx, job, gang, victims, search)
+        failed.add(key, reason)
+    else:
+        reason = None
+        failed.add(key, None, _grounds(outcome, victims, search))
     _say(ctx, job, reason)
     return False
+
+
+def _grounds(outcome: str, victims: list[Unit], search: VictimSearch) -> object:
+    """What a failure in which min runtime protected nothing rests on (Grounds)."""
+    if outcome is not _NO_ROOM:
+        return Grounds.VICTIMS
+    if not victims:
+        return Grounds.NO_VICTIMS
+    if not any(search.eligible(u) for u in victims):
+        return Grounds.NONE_ALLOWED  # room alone decided it, while no candidate is allowed
+    return (Grounds.VERDICTS, search.verdicts(victims))
 
 
 def _say(ctx: CycleContext, job: Job, reason: Reason | None) -> None:
@@ -134,24 +154,29 @@ def _say(ctx: CycleContext, job: Job, reason: Reason | None) -> None:
         ctx.stmt.set_reason(job.name, reason)
 
 
+_PLACED, _NO_ROOM, _REFUSED = "placed", "no room", "refused"  # how an attempt ended
+
+
 def _attempt(
     ctx: CycleContext, job: Job, gang: list[Task], victims: list[Unit], search: VictimSearch, allowed: Allowed
-) -> bool:
+) -> str:
     """One try: room for the gang (victims where it lacks room), then the queue limits
-    with the victims gone, then the search's own rule. Rolled back unless all hold."""
+    with the victims gone, then the search's own rule. Rolled back unless all hold.
+    _NO_ROOM: the gang found no room, whatever the queues' standings (which only decide
+    between _PLACED and _REFUSED once it has room)."""
     amount = ctx.amount(gang)
     over_before = capacity_problem(ctx.state, ctx.shares, job, amount) is not None
     if over_before and not _may_shed(ctx, job, amount, victims, allowed):
-        return False
+        return _REFUSED
     start = ctx.stmt.checkpoint()
     if not free_room_for(ctx, gang, victims, allowed, search.action, search.evict_reason, search.giving):
-        return False
+        return _NO_ROOM
     if (over_before and not _shed(ctx, job, amount, victims, allowed, search)) or not search.holds():
         ctx.stmt.rollback(start)
-        return False
+        return _REFUSED
     if not job.pending():
         ctx.stmt.clear_reason(job.name)
-    return True
+    return _PLACED
 
 
 # ---------------------------------------------------------------- limits with victims gone
@@ -221,7 +246,7 @@ def _min_runtime_blocks(
     blocks the job: say so, and when the last victim it needs may be taken."""
     live_before = [u for u in victims if u.live()]
     start = ctx.stmt.checkpoint()
-    if not _attempt(ctx, job, gang, victims, search, search.eligible):
+    if _attempt(ctx, job, gang, victims, search, search.eligible) is not _PLACED:
         return None
     protects, now = ctx.policy.min_runtime_protects, ctx.now
     needed = [u for u in live_before if not u.live() and protects(u, search.min_runtime(u), now)]
@@ -251,7 +276,7 @@ def preempt(ctx: CycleContext) -> None:
         ctx.stmt.default_reason(job.name, functools.partial(_no_lower_priority, ctx, job))
         make_room(ctx, job, _preempt_search(ctx, job, candidates), failed, held)
 
-    each_waiting_gang(ctx, "preempt", failed, step, idle=functools.partial(_said_already, ctx, failed))
+    each_waiting_gang(ctx, "preempt", failed, step, _no_reason_of_its_own(failed), ctx.policy.may_preempt)
 
 
 def _no_lower_priority(ctx: CycleContext, job: Job) -> Reason:
@@ -281,20 +306,33 @@ def reclaim(ctx: CycleContext) -> None:
     candidates = _Candidates(ctx)
     giving = GivingOrder(ctx)
     held = HeldBack(ctx, "reclaim", failed)
+
+    def verdicts(job: Job) -> tuple[object, ...]:
+        gang = job.missing()
+        search = _reclaim_search(ctx, job, ctx.amount(gang), candidates, giving)
+        return search.verdicts(search.victims())
+
     each_waiting_gang(
         ctx,
         "reclaim",
         failed,
         lambda job: _reclaim_for(ctx, job, candidates, giving, failed, held),
-        idle=functools.partial(_said_already, ctx, failed),
+        _no_reason_of_its_own(failed),
+        ctx.policy.may_reclaim_from,
+        verdicts,
     )
 
 
-def _said_already(ctx: CycleContext, failed: FailedSearches, job: Job, key: FailureKey) -> bool:
+def _no_reason_of_its_own(failed: FailedSearches) -> Callable[[FailureKey], bool]:
     """Reclaim's and preempt's step for a job whose search key failed: a default reason
     (kept where the job has one already) and the failure's own reason (when it has one,
-    such as min runtime). Nothing else."""
-    return failed.reason(key) is None and job.name in ctx.stmt.reasons
+    such as min runtime). Nothing else: quiet once the job has a reason, unless the
+    failure has its own."""
+
+    def quiet(key: FailureKey) -> bool:
+        return failed.reason(key) is None
+
+    return quiet
 
 
 def _reclaim_for(
@@ -305,20 +343,28 @@ def _reclaim_for(
     failed: FailedSearches,
     held: HeldBack,
 ) -> bool:
-    state, shares, tree, policy = ctx.state, ctx.shares, ctx.state.tree, ctx.policy
+    state, shares, policy = ctx.state, ctx.shares, ctx.policy
     gang = job.missing()
     if not gang:
         return False
     amount = ctx.amount(gang)
-    # My side is judged as it stood before this job's tasks were placed.
-    mine_before = {q: state.usage.allocated_row(q) for q in tree.ancestors[job.queue]}
     if not policy.may_reclaim(state, shares, job, amount):
         ctx.stmt.default_reason(job.name, functools.partial(_over_share_reason, ctx, job, amount))
         # The verdict reads the job's queue, amount and preemptibility, all in its search
         # key: a job with the same key is turned away too until room moves, so the rest
         # of the line can settle (settling.py) instead of being ranked job by job.
-        failed.add(search_key(job, gang, "reclaim"), None)
+        failed.add(search_key(job, gang, "reclaim"), None, Grounds.SHARE)
         return False
+
+    return make_room(ctx, job, _reclaim_search(ctx, job, amount, candidates, giving), failed, held)
+
+
+def _reclaim_search(
+    ctx: CycleContext, job: Job, amount: np.ndarray, candidates: _Candidates, giving: GivingOrder
+) -> VictimSearch:
+    state, shares, tree, policy = ctx.state, ctx.shares, ctx.state.tree, ctx.policy
+    # My side is judged as it stood before this job's tasks were placed.
+    mine_before = {q: state.usage.allocated_row(q) for q in tree.ancestors[job.queue]}
 
     def eligible(u: Unit) -> bool:
         lca = tree.lowest_common_ancestor(job.queue, u.job.queue)
@@ -334,7 +380,7 @@ def _reclaim_for(
             f"{describe_amount(shares.fair_share[q])}, allocated {describe_amount(mine_before[q])})"
         )
 
-    search = VictimSearch(
+    return VictimSearch(
         action="reclaim",
         victims=lambda: [u for u in candidates.units if policy.may_reclaim_from(job, u.job)],
         eligible=eligible,
@@ -342,8 +388,11 @@ def _reclaim_for(
         evict_reason=lambda u: reason(),
         giving=giving,
         holds=lambda: policy.reclaim_keeps_bounds(state, shares, job),
+        verdicts=lambda units: (
+            tuple(eligible(u) for u in units),
+            giving.signature([u.job.queue for u in units]),
+        ),
     )
-    return make_room(ctx, job, search, failed, held)
 
 
 def _over_share_reason(ctx: CycleContext, job: Job, amount: np.ndarray) -> Reason:

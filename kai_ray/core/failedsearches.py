@@ -8,6 +8,10 @@ in one of them is skipped wrongly: one key for all actions, built here.
 
 A cache per action and cycle: allocate only ever takes room, so its failures stand for
 the whole action; the actions that evict clear theirs on every success (room moved).
+
+A failure may also say what it rests on (`Grounds`), so that a cycle cache can carry it
+into the next cycle while those grounds hold (incremental/outcomes.py); a failure with
+no grounds is forgotten with its cycle.
 """
 
 from __future__ import annotations
@@ -17,15 +21,37 @@ from collections.abc import Callable, Sequence
 from kai_ray.core.cluster import Job, Task
 from kai_ray.core.model import Reason
 
-__all__ = ["FailedSearches", "FailureKey", "search_key"]
+__all__ = ["FailedSearches", "FailureKey", "Grounds", "search_key"]
 
 FailureKey = tuple[object, ...]
 
 
+class Grounds:
+    """What a failed victim search read, besides its key: what must not change for it to
+    fail again in a later cycle. Time is never among them: a failure in which min runtime
+    protected a candidate has no grounds (it may succeed once the runtime passed)."""
+
+    NODES = "nodes"  # the key alone decides it (no node the job may use; never moved for)
+    SHARE = "share"  # the queue's standing alone turned the job away (its fair share)
+    ROOM = "room"  # the free room alone (no candidate was looked at)
+    NO_VICTIMS = "no-victims"  # no candidate passed the job's filter, and the free room
+    NONE_ALLOWED = "none-allowed"  # the standings allowed no candidate, and the free room
+    VICTIMS = "victims"  # the free room, the candidates and every queue's standing
+    # No room with the candidates it could take: the free room, the candidates, and the
+    # verdicts on them that read the standings (grounds: (VERDICTS, the verdicts)).
+    VERDICTS = "verdicts"
+
+
 def _free_room(job: Job) -> tuple[object, ...]:
     # Allocate checks the queue's limit and quota before looking the key up, and places
-    # on free room alone; consolidation moves any preemptible job, whatever the queue.
+    # on free room alone.
     return ()
+
+
+def _moves(job: Job) -> tuple[object, ...]:
+    # Consolidation moves any preemptible job, whatever the queue, for a preemptible job
+    # whose queue may grow by the gang (the queue's checks come after the key).
+    return (job.queue, job.info.preemptible)
 
 
 def _own_queue_below(job: Job) -> tuple[object, ...]:
@@ -44,7 +70,7 @@ def _other_queues(job: Job) -> tuple[object, ...]:
 # hooks read more of the pending job than this must add it here (the contract: Policy).
 _VICTIM_INPUTS: dict[str, Callable[[Job], tuple[object, ...]]] = {
     "allocate": _free_room,
-    "consolidation": _free_room,
+    "consolidation": _moves,
     "preempt": _own_queue_below,
     "reclaim": _other_queues,
 }
@@ -106,13 +132,17 @@ class FailedSearches:
     """The failed searches of one action in this cycle, with the reason each ended on (so a
     skipped job reads the same). Disabled, it remembers nothing: every search runs."""
 
-    __slots__ = ("_failed", "added", "clears", "enabled")
+    __slots__ = ("_failed", "added", "clears", "enabled", "first", "grounds")
 
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled
         self._failed: dict[FailureKey, Reason | None] = {}
         self.added: list[FailureKey] = []  # keys in the order they failed, since the last clear
         self.clears = 0
+        # Why each failure holds, for those a later cycle may keep (Grounds).
+        self.grounds: dict[FailureKey, object] = {}
+        # The failures as the action began, before room first moved (None: not moved yet).
+        self.first: dict[FailureKey, tuple[Reason | None, object]] | None = None
 
     def known(self, key: FailureKey) -> bool:
         return key in self._failed
@@ -120,14 +150,46 @@ class FailedSearches:
     def reason(self, key: FailureKey) -> Reason | None:
         return self._failed.get(key)
 
-    def add(self, key: FailureKey, reason: Reason | None) -> None:
+    def add(self, key: FailureKey, reason: Reason | None, grounds: object = None) -> None:
         if self.enabled:
             if key not in self._failed:
                 self.added.append(key)
             self._failed[key] = reason
+            if grounds is not None:
+                self.grounds[key] = grounds
+            else:
+                self.grounds.pop(key, None)
 
     def clear(self) -> None:
         """Room moved (a search succeeded): an earlier failure may succeed now."""
+        if self.first is None:
+            self.first = self.at_start()
         self._failed.clear()
         self.added.clear()
+        self.grounds.clear()
         self.clears += 1
+
+    def at_start(self) -> dict[FailureKey, tuple[Reason | None, object]]:
+        """The failures with grounds found while the state was the action's first."""
+        if self.first is not None:
+            return self.first
+        return {key: (self._failed[key], g) for key, g in self.grounds.items()}
+
+    def restore(
+        self,
+        saved: dict[FailureKey, tuple[Reason | None, object]],
+        first: dict[FailureKey, tuple[Reason | None, object]] | None,
+    ) -> None:
+        """Room moved back (a trial rolled back): know exactly these failures again, and
+        `first` as it was before the trial. Counts as a clear: what was derived since is
+        forgotten."""
+        self._failed.clear()
+        self.added.clear()
+        self.grounds.clear()
+        self.clears += 1
+        self.first = first
+        for key, (reason, grounds) in saved.items():
+            self.add(key, reason, grounds)
+
+    def saved(self) -> dict[FailureKey, tuple[Reason | None, object]]:
+        return {key: (reason, self.grounds.get(key)) for key, reason in self._failed.items()}

@@ -14,16 +14,17 @@ sure. Kept in O(1) per job: counts per key, and the keys failed since the last l
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from kai_ray.core.cluster import Job
 from kai_ray.core.failedsearches import FailedSearches, FailureKey, search_key
+from kai_ray.core.jobqueues import JobQueues
 
 if TYPE_CHECKING:  # the context holds a waiting line, which holds a SureToFail
     from kai_ray.core.context import CycleContext
 
-__all__ = ["SureToFail", "each_waiting_gang"]
+__all__ = ["SureToFail", "each_waiting_gang", "settle", "walk"]
 
 
 def each_waiting_gang(
@@ -31,30 +32,80 @@ def each_waiting_gang(
     action: str,
     failed: FailedSearches,
     step: Callable[[Job], object],
-    incomplete_fails: bool = True,
-    idle: Callable[[Job, FailureKey], bool] | None = None,
+    quiet: Callable[[FailureKey], bool] | None = None,
+    takes_from: Callable[[Job, Job], bool] | None = None,
+    verdicts: Callable[[Job], tuple[object, ...]] | None = None,
 ) -> None:
     """`step` for each job whose gang is incomplete, in queue order; once every job left
     is sure to fail (its step can change nothing but its reason), for the rest as they
-    come. `step` must fail a job whose key is in `failed` without a search (and, with
-    `incomplete_fails`, a gang too few tasks are left for). `idle(job, key)`: the action
-    knows that the step of a job whose key failed already changes nothing at all (not
-    even its reason): once settled, such a job is passed over, which keeps a deep line
-    from costing a step per job per cycle."""
+    come. `step` must fail a job whose key is in `failed` without a search, and a gang
+    too few tasks are left for. `quiet(key)`: the action knows that the step of a job
+    whose key failed changes nothing at all once the job has a reason (None: never
+    quiet); such a job is passed over once settled, which keeps a deep line from costing
+    a step per job per cycle. `takes_from(job, victim)`: the action's filter of
+    candidate victims, and `verdicts(job)` what its search decides from the standings
+    about them (VictimSearch.verdicts; None: nothing): for failures kept between cycles.
+
+    With a cycle cache (ctx.kept), the line and the failures come from it
+    (incremental/gangs.py); this walk is the reference it is checked against."""
+    if ctx.kept is not None and failed.enabled:
+        ctx.kept.each_waiting_gang(ctx, action, failed, step, quiet, takes_from, verdicts)
+        return
     order = ctx.waiting_gangs()
-    sure = SureToFail(order.remaining(), failed, action, incomplete_fails) if failed.enabled else None
+    sure = SureToFail(order.remaining(), failed, action) if failed.enabled else None
+    walk(ctx, order, sure, step, quiet)
+
+
+def walk(
+    ctx: CycleContext,
+    order: JobQueues,
+    sure: SureToFail | None,
+    step: Callable[[Job], object],
+    quiet: Callable[[FailureKey], bool] | None,
+    moved: Callable[[], bool] | None = None,
+) -> None:
+    """The jobs of `order` in queue order until every one left is sure to fail, then the
+    rest as they come (settle). `moved()`: called after a step that moved room (when
+    `sure`'s failures were cleared); True when it settled the rest of the line itself."""
+    clears = -1 if sure is None else sure.failed.clears
     while (job := order.next_job()) is not None:
         step(job)
         order.done(job)
-        if sure is not None:
-            sure.tried(job)
-            if sure.all_fail():
-                for rest in order.remaining():
-                    key = sure.key_of(rest)
-                    if idle is not None and key is not None and failed.known(key) and idle(rest, key):
-                        continue
-                    step(rest)
+        if sure is None:
+            continue
+        sure.tried(job)
+        if sure.all_fail():
+            settle(ctx, sure.incomplete.values(), sure.groups.items(), sure.failed, step, quiet)
+            return
+        if moved is not None and sure.failed.clears != clears:
+            if moved():
                 return
+            clears = sure.failed.clears
+
+
+def settle(
+    ctx: CycleContext,
+    incomplete: Iterable[Job],
+    groups: Iterable[tuple[FailureKey | None, Mapping[str, Job]]],
+    failed: FailedSearches,
+    step: Callable[[Job], object],
+    quiet: Callable[[FailureKey], bool] | None,
+) -> None:
+    """Every job left is sure to fail: each takes its step, as it comes, unless the
+    action is quiet about its key and it has a reason already (then its step would
+    change nothing)."""
+    for job in list(incomplete):
+        step(job)
+    reasons = ctx.stmt.reasons
+    for key, group in list(groups):
+        if not group:
+            continue
+        if key is not None and quiet is not None and failed.known(key) and quiet(key):
+            jobs = [job for name, job in group.items() if name not in reasons]
+        else:
+            jobs = list(group.values())
+        for job in jobs:
+            step(job)
 
 
 class SureToFail:

@@ -111,18 +111,18 @@ class Statement:
         nodes, d = self.state.nodes, task.demand
         self.touched_nodes.add(node)
         self.touched_jobs.add(task.job)
+        idle_before, releasing_before = nodes.idle[node].copy(), nodes.releasing[node].copy()
         if pipelined:
             from_releasing = np.minimum(np.maximum(nodes.releasing[node], 0.0), d)
             nodes.releasing[node] -= from_releasing
             nodes.idle[node] -= d - from_releasing
         else:
-            from_releasing = None
             nodes.idle[node] -= d
         undo_device = self._take_device(task, node, device, pipelined) if task.fraction_request else None
         nodes.changed(node)
         job = task.job
         amount = self.state.queue_amount(task, node)
-        self.state.usage.add(job.queue, amount, not job.info.preemptible)
+        undo_usage = self.state.usage.add_undoable(job.queue, amount, not job.info.preemptible)
         previous = (task.status, task.node, task.device, task.placed_by)
         task.status = TaskStatus.PIPELINED if pipelined else TaskStatus.BINDING
         task.node, task.device, task.placed_by = node, device, action
@@ -136,14 +136,11 @@ class Statement:
             job.pending_count += was_pending
             self.pipelined -= pipelined
             task.status, task.node, task.device, task.placed_by = previous
-            self.state.usage.add(job.queue, amount, not job.info.preemptible, sign=-1.0)
+            undo_usage()
             if undo_device is not None:
                 undo_device()
-            if from_releasing is None:
-                nodes.idle[node] += d
-            else:
-                nodes.releasing[node] += from_releasing
-                nodes.idle[node] += d - from_releasing
+            nodes.idle[node] = idle_before
+            nodes.releasing[node] = releasing_before
             nodes.changed(node)
 
         self._undo.append(undo)
@@ -155,11 +152,12 @@ class Statement:
         self.touched_nodes.add(node)
         self.touched_jobs.add(job)
         total = tasks[0].demand * n if n > 1 else tasks[0].demand
+        idle_before = nodes.idle[node].copy()
         nodes.idle[node] -= total
         nodes.changed(node)
         amount = self.state.queue_amount(tasks[0], node)
         amount = amount * n if n > 1 else amount
-        self.state.usage.add(job.queue, amount, not job.info.preemptible)
+        undo_usage = self.state.usage.add_undoable(job.queue, amount, not job.info.preemptible)
         binding, pending = TaskStatus.BINDING, TaskStatus.PENDING
         for t in tasks:
             assert t.status is pending, "blocks are placed from pending tasks only"
@@ -172,8 +170,8 @@ class Statement:
             job.pending_count += len(tasks)
             for t in tasks:
                 t.status, t.node, t.device, t.placed_by = pending, -1, -1, ""
-            self.state.usage.add(job.queue, amount, not job.info.preemptible, sign=-1.0)
-            nodes.idle[node] += total
+            undo_usage()
+            nodes.idle[node] = idle_before
             nodes.changed(node)
 
         self._undo.append(undo)
@@ -185,14 +183,17 @@ class Statement:
         nodes, node, device = self.state.nodes, task.node, task.device
         self.touched_nodes.add(node)
         self.touched_jobs.add(task.job)
+        releasing_before = nodes.releasing[node].copy()
         nodes.releasing[node] += task.demand
         fraction = task.fraction_on(nodes, node) if task.fraction_request else 0.0
         if fraction:
-            nodes.devices[node][device].releasing += fraction
+            shared = nodes.devices[node][device]
+            shared_before = shared.releasing
+            shared.releasing += fraction
             nodes.refresh_fractions(node)
         job = task.job
         amount = self.state.queue_amount(task, node)
-        self.state.usage.add(job.queue, amount, not job.info.preemptible, sign=-1.0)
+        undo_usage = self.state.usage.add_undoable(job.queue, amount, not job.info.preemptible, sign=-1.0)
         task.status = TaskStatus.RELEASING
         task.evicted_from, task.evict_reason = (node, device), (action, reason)
         job.active_count -= 1
@@ -203,10 +204,10 @@ class Statement:
             self.evictions -= 1
             task.status = TaskStatus.RUNNING
             task.evicted_from = task.evict_reason = None
-            self.state.usage.add(job.queue, amount, not job.info.preemptible)
-            nodes.releasing[node] -= task.demand
+            undo_usage()
+            nodes.releasing[node] = releasing_before
             if fraction:
-                nodes.devices[node][device].releasing -= fraction
+                shared.releasing = shared_before
                 nodes.refresh_fractions(node)
 
         self._undo.append(undo)
@@ -237,19 +238,15 @@ class Statement:
                 device, opened_from = Device(idle=0.0, releasing=1.0), "releasing"
             devices[index] = device
         from_releasing = min(max(device.releasing, 0.0), fraction) if pipelined else 0.0
+        before = (device.idle, device.releasing)
         device.releasing -= from_releasing
         device.idle -= fraction - from_releasing
         nodes.refresh_fractions(node)
 
-        def undo() -> None:
-            device.releasing += from_releasing
-            device.idle += fraction - from_releasing
+        def undo() -> None:  # the node's rows are put back by the caller's undo
+            device.idle, device.releasing = before
             if opened_from:
                 del devices[index]
-                if opened_from == "idle":
-                    nodes.idle[node, 0] += 1
-                else:
-                    nodes.releasing[node, 0] += 1
             nodes.refresh_fractions(node)
 
         return undo

@@ -103,6 +103,13 @@ class GivingOrder:
         ranked = sorted(dict.fromkeys(queues), key=self.key, reverse=True)
         return {q: i for i, q in enumerate(ranked)}
 
+    def signature(self, queues: Sequence[int]) -> tuple[tuple[int, bool], ...]:
+        """The giving order of these queues as it stands: each in turn, and whether it
+        ties with the one before (a search that compares the same way takes the same
+        victims)."""
+        ranked = sorted(((self.key(q), q) for q in dict.fromkeys(queues)), key=lambda kq: kq[0], reverse=True)
+        return tuple((q, i > 0 and key == ranked[i - 1][0]) for i, (key, q) in enumerate(ranked))
+
     def first(self, units: Sequence[tuple[int, Unit]]) -> tuple[int, Unit]:
         """Of (victim-order index, unit) pairs, the one taken first now."""
         best = units[0]

@@ -60,7 +60,9 @@ from kai_ray.core.cluster import (
     per_request,
 )
 from kai_ray.core.incremental.jobdiff import JobDiff, as_list
+from kai_ray.core.incremental.gangs import KeptGangs
 from kai_ray.core.incremental.jobline import Entry, JobLine
+from kai_ray.core.incremental.outcomes import SearchOutcomes
 from kai_ray.core.incremental.waitingline import WaitingLine
 from kai_ray.core.leafsums import LeafSums
 from kai_ray.core.model import ClusterSnapshot, JobInfo, NodeInfo, QueueInfo, SchedulerConfig, TaskStatus
@@ -71,7 +73,8 @@ from kai_ray.core.statement import Statement
 
 __all__ = ["CycleCache"]
 
-_RELEASING = TaskStatus.RELEASING
+_RELEASING, _RUNNING = TaskStatus.RELEASING, TaskStatus.RUNNING
+_WALK_GANGS = ("consolidation", "reclaim", "preempt")  # the actions that walk incomplete gangs
 
 
 class CycleCache:
@@ -86,6 +89,7 @@ class CycleCache:
         self.placer: Placer | None = None
         self.total = np.zeros(3)
         self.line = WaitingLine((), _no_key, _never)  # the jobs waiting at the snapshot
+        self.outcomes = SearchOutcomes()  # failed victim searches, kept while they hold
         self._config: SchedulerConfig | None = None
         self._policy: Policy | None = None
         self._nodes: list[NodeInfo] = []
@@ -115,6 +119,14 @@ class CycleCache:
         self._in_use = True
         return self.state, self.placer, self.total
 
+    def kept(self, actions: Sequence[str]) -> KeptGangs:
+        """The actions that evict: their lines, keyed as the snapshot has the jobs (so,
+        before the cycle changes any), and the failures kept for them."""
+        for action in actions:
+            if action in _WALK_GANGS:
+                self.line.gang_keys(action)
+        return KeptGangs(self.line, self.outcomes)
+
     def restore(self, stmt: Statement) -> None:
         """Take the cycle back (its decisions are read already): the state is again the
         snapshot's, for the next patch."""
@@ -135,6 +147,7 @@ class CycleCache:
 
     def _rebuild(self, snapshot: ClusterSnapshot, config: SchedulerConfig, policy: Policy) -> None:
         self.rebuilds += 1
+        self.outcomes.forget()
         self._requests = {}
         state, self._leaves, self._sums = build_state_and_leaves(
             snapshot, build_queue_tree(snapshot.queues), self._requests
@@ -298,6 +311,8 @@ class CycleCache:
         state.job_index[info.name] = job
         self._members.setdefault(job.queue, {})[id(job)] = job
         self._sums.add(job, 1)
+        if self._may_be_taken(job):
+            self.outcomes.victims_changed(job, came=True)
         for t in job.tasks:
             if t.node >= 0:
                 self._node_tasks[t.node].append(t)
@@ -319,11 +334,19 @@ class CycleCache:
             self.line.remove(job)
         self._members[job.queue].pop(id(job), None)
         self._sums.add(job, -1)
+        if self._may_be_taken(job):
+            self.outcomes.victims_changed(job, came=False)
         for t in job.tasks:
             if t.node >= 0:
                 self._node_tasks[t.node].remove(t)
                 nodes.add(t.node)
         queues.add(job.queue)
+
+    def _may_be_taken(self, job: Job) -> bool:
+        """A candidate victim: running somewhere, and the policy may take it."""
+        policy = self._policy
+        assert policy is not None
+        return policy.may_be_victim(job) and any(t.status is _RUNNING and t.node >= 0 for t in job.tasks)
 
     def _same_columns(self) -> bool:
         assert self.state is not None

@@ -41,6 +41,10 @@ class WaitingLine:
                 self._entry[id(entry[-1])] = entry
         self._names: dict[int, tuple[str, ...]] = {}  # per leaf, its jobs' names in line
         self._sure: SureToFail | None = None  # made when first asked for, then kept
+        # The jobs whose gang is incomplete (what the actions that evict walk), in line,
+        # and per such action their search keys, grouped: made when first asked for.
+        self._gangs: dict[int, list[tuple[Any, ...]]] | None = None
+        self._gang_keys: dict[str, SureToFail] = {}
 
     def __len__(self) -> int:
         return len(self._entry)
@@ -62,6 +66,11 @@ class WaitingLine:
         self._names.pop(job.queue, None)
         if self._sure is not None:
             self._sure.add(job)
+        if self._gangs is not None and not job.is_whole():
+            line = self._gangs.setdefault(job.queue, [])
+            line.insert(bisect.bisect_right(line, entry), entry)
+            for keys in self._gang_keys.values():
+                keys.add(job)
 
     def remove(self, job: Job) -> None:
         """A job in line went (finished, changed, or no longer pending)."""
@@ -75,6 +84,13 @@ class WaitingLine:
         self._names.pop(job.queue, None)
         if self._sure is not None:
             self._sure.tried(job)
+        if self._gangs is not None and not job.is_whole():
+            line = self._gangs[job.queue]
+            del line[bisect.bisect_left(line, entry)]
+            if not line:
+                del self._gangs[job.queue]
+            for keys in self._gang_keys.values():
+                keys.tried(job)
 
     # ------------------------------------------------------------ what a cycle takes
 
@@ -91,6 +107,29 @@ class WaitingLine:
             jobs = [entry[-1] for line in self.lines.values() for entry in line]
             self._sure = SureToFail(jobs, FailedSearches(), "allocate", True, self.is_capped)
         return self._sure.fork(failed)
+
+    def gang_lines(self) -> dict[int, list[tuple[Any, ...]]]:
+        """Per leaf queue, the entries of the jobs whose gang is incomplete, in line (the
+        line's own lists: copy before taking from them)."""
+        if self._gangs is None:
+            self._gangs = {}
+            for q, line in self.lines.items():
+                gangs = [entry for entry in line if not entry[-1].is_whole()]
+                if gangs:
+                    self._gangs[q] = gangs
+        return self._gangs
+
+    def gang_keys(self, action: str) -> SureToFail:
+        """The incomplete gangs in line, grouped by their search key in `action` (the
+        line's own: fork before counting failures with it)."""
+        keys = self._gang_keys.get(action)
+        if keys is None:
+            jobs = [entry[-1] for line in self.gang_lines().values() for entry in line]
+            keys = self._gang_keys[action] = SureToFail(jobs, FailedSearches(), action)
+        return keys
+
+    def entry_of(self, job: Job) -> tuple[Any, ...] | None:
+        return self._entry.get(id(job))
 
     def queue_order(self, state: ClusterState, touched: set[Job]) -> dict[str, tuple[str, ...]]:
         """Per leaf queue, its jobs still pending at the end of the cycle in the order

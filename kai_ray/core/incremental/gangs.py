@@ -1,0 +1,165 @@
+"""Reclaim, preempt and consolidation with a cycle cache: their lines kept between
+cycles, their failures kept while what they read holds, and settled key by key.
+
+The reference (settling.each_waiting_gang without a cache) walks every waiting gang in
+queue order, re-ranking queues after each, until all left are sure to fail. With a deep
+backlog that walk is the cycle: most gangs wait for a reason that did not change. Here
+the same decisions come from three caches:
+
+- **The line, kept.** The cycle cache's waiting line keeps the incomplete gangs in job
+  order and grouped by each action's search key (waitingline.py), patched as jobs come
+  and go. An action takes it as it is, with the jobs this cycle touched taken out and,
+  where they still wait as incomplete gangs, put back as they are now.
+- **Failures, kept** (outcomes.py): a failure found as the action began, with what it
+  rests on; the same action of the next cycle starts knowing it if that is unchanged.
+- **Settling by key.** Before walking, the action searches once for each key not known
+  to fail, on its state as it began, one job standing for its key (a search leaves no
+  trace, whatever it finds). If every key fails, nothing the action could do changes
+  the state: each job would only be given its reason, in any order, so the action
+  settles at once (settling.settle) without ranking a queue. If one would succeed, its
+  trial is rolled back and the line is walked in order, knowing the failures found:
+  they hold until room first moves. After each job that moved room, the keys of the
+  rest are searched again the same way when there are many more jobs than keys.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from kai_ray.core.cluster import Job
+from kai_ray.core.failedsearches import FailedSearches, FailureKey
+from kai_ray.core.incremental.outcomes import SearchOutcomes
+from kai_ray.core.incremental.waitingline import WaitingLine
+from kai_ray.core.jobqueues import JobQueues
+from kai_ray.core.settling import SureToFail, settle, walk
+
+if TYPE_CHECKING:
+    from kai_ray.core.context import CycleContext
+
+__all__ = ["KeptGangs"]
+
+Step = Callable[[Job], object]
+Quiet = Callable[[FailureKey], bool] | None
+
+_PROBE_WHEN = 4  # search key by key again after room moved when the line has this many jobs per key
+
+
+class KeptGangs:
+    def __init__(self, line: WaitingLine, outcomes: SearchOutcomes) -> None:
+        self.line, self.outcomes = line, outcomes
+
+    def each_waiting_gang(
+        self,
+        ctx: CycleContext,
+        action: str,
+        failed: FailedSearches,
+        step: Step,
+        quiet: Quiet,
+        takes_from: Callable[[Job, Job], bool] | None,
+        verdicts: Callable[[Job], tuple[object, ...]] | None,
+    ) -> None:
+        view = _GangView(ctx, self.line, action)
+        world = self.outcomes.world(ctx)
+        self.outcomes.seed(action, world, failed, view.representatives(), takes_from, verdicts)
+        if _every_key_fails(ctx, view.representatives(), failed, step):
+            settle(ctx, view.incomplete(), view.groups(), failed, step, quiet)
+        else:
+            order, sure = view.walk(failed)
+
+            def moved() -> bool:  # room moved: are all the rest sure to fail now?
+                if len(sure.keys) < _PROBE_WHEN * len(sure.groups):
+                    return False
+                reps = {key: next(iter(group.values())) for key, group in sure.groups.items() if group}
+                if None in reps or not _every_key_fails(ctx, reps, failed, step):
+                    return False
+                settle(ctx, sure.incomplete.values(), sure.groups.items(), failed, step, quiet)
+                return True
+
+            walk(ctx, order, sure, step, quiet, moved)
+        self.outcomes.keep(action, world, failed)
+
+
+def _every_key_fails(
+    ctx: CycleContext, reps: dict[FailureKey | None, Job], failed: FailedSearches, step: Step
+) -> bool:
+    """A step for one job of each key not known to fail, on the state as it is. True when
+    every key failed (the state, and every failure, as a walk would have them); otherwise
+    everything the steps did is rolled back, and `failed` knows what it knew plus the
+    keys that failed before one did not."""
+    if None in reps:  # a whole gang (elastic surplus) is never sure to fail
+        return False
+    stmt = ctx.stmt
+    start = stmt.checkpoint()
+    known, first = failed.saved(), failed.first
+    for key, job in reps.items():
+        if failed.known(key):
+            continue
+        clears = failed.clears
+        step(job)
+        if failed.clears != clears or not failed.known(key):  # room moved, or would have
+            stmt.rollback(start)
+            failed.restore(known, first)
+            return False
+        known[key] = (failed.reason(key), failed.grounds.get(key))
+    return True
+
+
+class _GangView:
+    """The incomplete gangs waiting as an action begins: the kept line's, less the jobs
+    this cycle touched (`gone`), plus those of them that wait as incomplete gangs now."""
+
+    def __init__(self, ctx: CycleContext, line: WaitingLine, action: str) -> None:
+        self.ctx, self.line, self.action = ctx, line, action
+        self.base = line.gang_keys(action)
+        touched = ctx.stmt.touched_jobs
+        self.gone = {id(job) for job in touched if id(job) in self.base.keys or id(job) in self.base.incomplete}
+        self.back = [job for job in touched if job.pending_count and not job.is_whole()]
+        self.extra = SureToFail(self.back, FailedSearches(), action)
+        self._reps: dict[FailureKey | None, Job] | None = None
+
+    def representatives(self) -> dict[FailureKey | None, Job]:
+        """One job per search key in line (incomplete gangs aside)."""
+        if self._reps is None:
+            self._reps = {}
+            for key, group in self.groups():
+                if group and key not in self._reps:
+                    self._reps[key] = next(iter(group.values()))
+        return self._reps
+
+    def incomplete(self) -> list[Job]:
+        base = [job for i, job in self.base.incomplete.items() if i not in self.gone]
+        return [*base, *self.extra.incomplete.values()]
+
+    def groups(self) -> list[tuple[FailureKey | None, dict[str, Job]]]:
+        """The jobs in line by key: the kept line's (less those gone), then those back."""
+        keys = self.base.keys
+        touched = {keys[i] for i in self.gone if i in keys}
+        groups = [
+            (key, {n: j for n, j in group.items() if id(j) not in self.gone} if key in touched else group)
+            for key, group in self.base.groups.items()
+        ]
+        return [*groups, *self.extra.groups.items()]
+
+    def walk(self, failed: FailedSearches) -> tuple[JobQueues, SureToFail]:
+        """The line in queue order, and its SureToFail counting `failed`."""
+        ctx, entry_of = self.ctx, self.line.entry_of
+        lines = {q: line.copy() for q, line in self.line.gang_lines().items()}
+        sure = self.base.fork(failed)
+        for job in self.ctx.stmt.touched_jobs:
+            if id(job) in self.gone:
+                entry = entry_of(job)
+                assert entry is not None, "a gang in the kept line has its entry"
+                line = lines[job.queue]
+                at = bisect.bisect_left(line, entry)
+                assert line[at] is entry, "a job's entry is where its key puts it"
+                del line[at]
+                sure.tried(job)
+        key = ctx.policy.job_order
+        for job in self.back:
+            lines.setdefault(job.queue, []).append((*key(job), job.order, job))
+            sure.add(job)
+        for q in {job.queue for job in self.back}:
+            lines[q].sort()
+        return JobQueues(ctx.state, ctx.rank, lines, key, ctx.forget), sure
