@@ -11,6 +11,9 @@ from kai_ray.core import DEFAULT_ACTIONS
 __all__ = ["add_commands"]
 
 
+DEEP_BACKLOG = 20_000  # pending jobs: `bench cycle --steady --deep`
+
+
 def _actions(value: str) -> tuple[str, ...]:
     return DEFAULT_ACTIONS if value == "all" else tuple(a for a in value.split(",") if a)
 
@@ -34,6 +37,11 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
         "beside the full one, in the same process",
     )
     cycle.add_argument("--running", type=int, default=8000, help="--steady: running jobs")
+    cycle.add_argument(
+        "--deep",
+        action="store_true",
+        help=f"--steady: then again with {DEEP_BACKLOG:,} pending jobs (a deep backlog): one result per size",
+    )
     _runs(cycle, default_actions="allocate")
     cycle.set_defaults(func=_run_cycle)
 
@@ -139,8 +147,10 @@ def _run_cycle(args: argparse.Namespace) -> int:
         from kai_ray.bench.steady import bench_steady
 
         nodes, pending = args.nodes or 10_000, 1000 if args.pending is None else args.pending
-        steady = (nodes, args.gpus_per_node, args.running, pending, args.queues)
-        return _print(bench_steady(*steady, repeat=args.repeat, actions=_actions(args.actions)), args.json)
+        for size in (pending, DEEP_BACKLOG) if args.deep else (pending,):
+            steady = (nodes, args.gpus_per_node, args.running, size, args.queues)
+            _print(bench_steady(*steady, repeat=args.repeat, actions=_actions(args.actions)), args.json)
+        return 0
     nodes, pending = args.nodes or 1000, 5000 if args.pending is None else args.pending
     sizes = (nodes, args.gpus_per_node, pending, args.gang_size, args.queues)
     result = bench_cycle(*sizes, repeat=args.repeat, actions=_actions(args.actions))

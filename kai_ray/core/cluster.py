@@ -114,7 +114,9 @@ class QueueUsage:
         self.allocated_nonpreemptible: list[list[float]] = [[0.0, 0.0, 0.0] for _ in range(q)]
         self.requested = np.zeros((q, 3))
 
-    def add_undoable(self, queue: int, amount: FloatArray, nonpreemptible: bool, sign: float = 1.0) -> Callable[[], None]:
+    def add_undoable(
+        self, queue: int, amount: FloatArray, nonpreemptible: bool, sign: float = 1.0
+    ) -> Callable[[], None]:
         """add, and how to take it back to the very same figures: the rows as they were
         (adding the opposite need not give the same bits back, and a trial the reference
         never made must leave no trace)."""

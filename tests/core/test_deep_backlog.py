@@ -25,14 +25,29 @@ def decide(world: World, cache: CycleCache) -> list[object]:
 
 
 def test_a_gang_allocate_tried_is_still_in_reclaims_line() -> None:
-    """Allocate places part of the gang and takes it back (the job is touched): the
-    kept line must hand it to reclaim as it waits now."""
-    world = full_world()
+    """Allocate places part of the gang (one GPU is free) and takes it back: the job is
+    touched, and the kept line must hand it to reclaim as it waits now."""
+    world = World([node(i, 4, 16.0) for i in range(2)], SchedulerConfig())
+    for _ in range(7):
+        world.apply(("submit", 0, 1, "c", 50, False, "", False, True))
     cache = CycleCache()
     decide(world, cache)
     world.apply(("submit", 0, 2, "a", 50, False, "", False, False))
     decisions = decide(world, cache)
     assert any(isinstance(d, Evict) and d.action == "reclaim" for d in decisions)
+
+
+def test_reclaimers_take_their_victims_in_queue_order_not_in_key_order() -> None:
+    """Queues a and b each wait with a one-GPU job, and each may take one of queue c's
+    (youngest first). b's job comes first in the snapshot, but queue order serves a
+    first: settling by key must not let b take the youngest."""
+    world = full_world()
+    cache = CycleCache()
+    decide(world, cache)
+    world.apply(("submit", 0, 1, "b", 50, False, "", False, False))
+    world.apply(("submit", 0, 1, "a", 50, False, "", False, False))
+    taken = {d.job for d in decide(world, cache) if isinstance(d, Evict)}
+    assert len(taken) == 2
 
 
 def test_a_kept_failure_is_dropped_when_a_victim_comes() -> None:

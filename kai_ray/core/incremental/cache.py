@@ -59,8 +59,8 @@ from kai_ray.core.cluster import (
     cluster_total,
     per_request,
 )
-from kai_ray.core.incremental.jobdiff import JobDiff, as_list
 from kai_ray.core.incremental.gangs import KeptGangs
+from kai_ray.core.incremental.jobdiff import JobDiff, as_list
 from kai_ray.core.incremental.jobline import Entry, JobLine
 from kai_ray.core.incremental.outcomes import SearchOutcomes
 from kai_ray.core.incremental.waitingline import WaitingLine

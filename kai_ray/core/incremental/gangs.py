@@ -114,7 +114,9 @@ class _GangView:
         self.ctx, self.line, self.action = ctx, line, action
         self.base = line.gang_keys(action)
         touched = ctx.stmt.touched_jobs
-        self.gone = {id(job) for job in touched if id(job) in self.base.keys or id(job) in self.base.incomplete}
+        self.gone = {
+            id(job) for job in touched if id(job) in self.base.keys or id(job) in self.base.incomplete
+        }
         self.back = [job for job in touched if job.pending_count and not job.is_whole()]
         self.extra = SureToFail(self.back, FailedSearches(), action)
         self._reps: dict[FailureKey | None, Job] | None = None
