@@ -62,7 +62,8 @@ class KeptGangs:
     ) -> None:
         view = _GangView(ctx, self.line, action)
         world = self.outcomes.world(ctx)
-        self.outcomes.seed(action, world, failed, view.representatives(), takes_from, verdicts)
+        keyed = {key: job for key, job in view.representatives().items() if key is not None}
+        self.outcomes.seed(action, world, failed, keyed, takes_from, verdicts)
         if _every_key_fails(ctx, view.representatives(), failed, step):
             settle(ctx, view.incomplete(), view.groups(), failed, step, quiet)
         else:
@@ -72,7 +73,7 @@ class KeptGangs:
                 if len(sure.keys) < _PROBE_WHEN * len(sure.groups):
                     return False
                 reps = {key: next(iter(group.values())) for key, group in sure.groups.items() if group}
-                if None in reps or not _every_key_fails(ctx, reps, failed, step):
+                if not _every_key_fails(ctx, reps, failed, step):
                     return False
                 settle(ctx, sure.incomplete.values(), sure.groups.items(), failed, step, quiet)
                 return True
@@ -88,12 +89,14 @@ def _every_key_fails(
     every key failed (the state, and every failure, as a walk would have them); otherwise
     everything the steps did is rolled back, and `failed` knows what it knew plus the
     keys that failed before one did not."""
-    if None in reps:  # a whole gang (elastic surplus) is never sure to fail
-        return False
     stmt = ctx.stmt
     start = stmt.checkpoint()
     known, first = failed.saved(), failed.first
     for key, job in reps.items():
+        if key is None:  # a whole gang (elastic surplus) is never sure to fail
+            stmt.rollback(start)
+            failed.restore(known, first)
+            return False
         if failed.known(key):
             continue
         clears = failed.clears

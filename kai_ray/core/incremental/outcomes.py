@@ -146,7 +146,7 @@ class SearchOutcomes:
             elif grounds == Grounds.ROOM:
                 holds = room
             elif grounds == Grounds.NONE_ALLOWED:  # whatever came or left, none is allowed now
-                holds = room and verdicts is not None and not any(verdicts(job)[0])
+                holds = room and verdicts is not None and not _any_allowed(verdicts(job))
             elif grounds == Grounds.NO_VICTIMS:
                 holds = room and (takes_from is None or not any(takes_from(job, v) for v in came))
             else:
@@ -165,3 +165,10 @@ class SearchOutcomes:
         oldest = min((k.world.candidates for k in self._kept.values()), default=self.epoch)
         if self._came and self._came[0][0] <= oldest:
             self._came = [(e, j) for e, j in self._came if e > oldest]
+
+
+def _any_allowed(verdicts: tuple[object, ...]) -> bool:
+    """Reclaim's verdicts: (each candidate's eligibility, the giving order)."""
+    eligible = verdicts[0]
+    assert isinstance(eligible, tuple)
+    return any(eligible)
