@@ -9,7 +9,7 @@ import numpy as np
 from kai_ray.core.capacity import capacity_problem
 from kai_ray.core.cluster import EPS, Job, Task
 from kai_ray.core.context import CycleContext
-from kai_ray.core.failedsearches import FailedSearches, Grounds, search_key
+from kai_ray.core.failedsearches import FailedSearches, FailureKey, Grounds, search_key
 from kai_ray.core.preemptiondelay import HeldBack
 from kai_ray.core.reasons import unmet_affinity
 from kai_ray.core.settling import each_waiting_gang
@@ -25,16 +25,37 @@ def consolidate(ctx: CycleContext) -> None:
         return  # consolidation packs; it would undo a spread placement
     failed = FailedSearches(ctx.config.skip_failed_searches)
     held = HeldBack(ctx, "consolidation", failed)
+    room = _TotalRoom(ctx, failed)
     each_waiting_gang(
         ctx,
         "consolidation",
         failed,
-        lambda job: _step(ctx, job, failed, held),
+        lambda job: _step(ctx, job, failed, held, room),
         lambda key: True,  # a failed key: no search, no reason (see _step)
     )
 
 
-def _step(ctx: CycleContext, job: Job, failed: FailedSearches, held: HeldBack) -> None:
+class _TotalRoom:
+    """Whether a gang fits its nodes' free room taken together, by its placement inputs
+    alone (its key in allocate's terms: the queue does not matter here), until jobs move."""
+
+    def __init__(self, ctx: CycleContext, failed: FailedSearches) -> None:
+        self.ctx, self.failed = ctx, failed
+        self._fits: dict[FailureKey, bool] = {}
+        self._clears = failed.clears
+
+    def enough(self, job: Job, gang: list[Task]) -> bool:
+        if self.failed.clears != self._clears:
+            self._fits.clear()
+            self._clears = self.failed.clears
+        key = search_key(job, gang, "allocate")
+        fits = self._fits.get(key)
+        if fits is None:
+            fits = self._fits[key] = _room_in_total(self.ctx, job, gang)
+        return fits
+
+
+def _step(ctx: CycleContext, job: Job, failed: FailedSearches, held: HeldBack, room: _TotalRoom) -> None:
     if job.incomplete():
         return  # too few tasks are left for its gang (or a subgroup's): it never starts part-way
     gang = job.missing()
@@ -49,7 +70,7 @@ def _step(ctx: CycleContext, job: Job, failed: FailedSearches, held: HeldBack) -
         failed.add(key, None, Grounds.NODES)  # never moved for: nothing to find, ever
     elif held.known(key) and (waits := held.waits(job)) is not None:
         ctx.stmt.set_reason(job.name, waits)  # a look-alike would move others: this one too
-    elif not _room_in_total(ctx, job, gang):
+    elif not room.enough(job, gang):
         failed.add(key, None, Grounds.ROOM)  # room alone decided it: the same for look-alikes
     elif capacity_problem(ctx.state, ctx.shares, job, ctx.amount(gang)) is not None:
         failed.add(key, None, Grounds.SHARE)  # its queue may not grow by the gang

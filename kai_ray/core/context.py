@@ -94,6 +94,10 @@ class CycleContext:
 
     def rank(self, q: int, job: Job) -> QueueRank:
         assert self.rows is not None
+        return self.policy.queue_rank(self.state, self.rows, q, self.next_amount(job))
+
+    def next_amount(self, job: Job) -> list[float]:
+        """What the job's next tasks ask of its queue (all a queue's rank reads of it)."""
         amount = self._next_amount.get(id(job))
         if amount is None:
             # A uniform job's next tasks ask what any as many of its tasks ask: no need
@@ -101,4 +105,8 @@ class CycleContext:
             tasks = job.tasks[: allocate_count(job)] if job.uniform else tasks_to_allocate(job)
             amount = self.amount(tasks).tolist()
             self._next_amount[id(job)] = amount
-        return self.policy.queue_rank(self.state, self.rows, q, amount)
+        return amount
+
+    def same_rank(self, a: Job, b: Job) -> bool:
+        """Whether a queue ranks the same with either job next (the state unchanged)."""
+        return self.next_amount(a) == self.next_amount(b)

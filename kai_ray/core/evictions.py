@@ -133,7 +133,8 @@ def make_room(
         failed.add(key, reason)
     else:
         reason = None
-        failed.add(key, None, _grounds(outcome, victims, search))
+        # Only a cycle cache keeps failures (and reads their grounds): no verdicts made for none.
+        failed.add(key, None, _grounds(outcome, victims, search) if ctx.kept is not None else None)
     _say(ctx, job, reason)
     return False
 

@@ -129,6 +129,41 @@ class JobQueues:
         job: Job = heapq.heappop(self.waiting[q])[-1]
         return job
 
+    def take_run(
+        self, job: Job, passes: Callable[[Job], bool], same_rank: Callable[[Job, Job], bool]
+    ) -> list[Job]:
+        """`job` was just taken and trying it changed nothing: the jobs its queue would
+        hand out next, one after another, taken at once without ranking queues again:
+        those that `passes` (trying them would change nothing either) and rank as `job`
+        ranks, while its queue ranks strictly first among its siblings at every level (a
+        tie goes to the sibling waiting longer, so it would not come next). The caller
+        then calls `done` once, with `job`. `forget` is called for each job taken."""
+        line = self.waiting.get(job.queue)
+        if not line or not passes(line[0][-1]) or not same_rank(job, line[0][-1]):
+            return []
+        if not all(self._strictly_first(q) for q in self.state.tree.ancestors[job.queue]):
+            return []
+        taken: list[Job] = []
+        while line and passes(line[0][-1]) and same_rank(job, line[0][-1]):
+            taken.append(heapq.heappop(line)[-1])
+            if self.forget is not None:
+                self.forget(taken[-1])
+        return taken
+
+    def _strictly_first(self, q: int) -> bool:
+        """Queue q's entry tops its parent's heap and ranks better than every other
+        live one there (ticks aside)."""
+        heap = self.heaps.get(self.state.tree.parent[q], [])
+        if not heap or heap[0][-2] != q or heap[0][-1] != self.version[q]:
+            return False
+        rank = heap[0][:-3]
+        version, head = self.version, self.head
+        return all(
+            rank < entry[:-3]
+            for entry in heap[1:]
+            if entry[-2] != q and entry[-1] == version[entry[-2]] and entry[-2] in head
+        )
+
     def remaining(self) -> list[Job]:
         """The jobs still in line, in no particular order (and none of them taken)."""
         return [entry[-1] for heap in self.waiting.values() for entry in heap]

@@ -14,6 +14,7 @@ sure. Kept in O(1) per job: counts per key, and the keys failed since the last l
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
@@ -63,17 +64,28 @@ def walk(
     step: Callable[[Job], object],
     quiet: Callable[[FailureKey], bool] | None,
     moved: Callable[[], bool] | None = None,
+    same_rank: Callable[[Job, Job], bool] | None = None,
 ) -> None:
     """The jobs of `order` in queue order until every one left is sure to fail, then the
     rest as they come (settle). `moved()`: called after a step that moved room (when
-    `sure`'s failures were cleared); True when it settled the rest of the line itself."""
+    `sure`'s failures were cleared); True when it settled the rest of the line itself.
+    `same_rank(a, b)`: whether a queue ranks the same with either job next; with it, a
+    run of jobs whose steps would change nothing, which the queue just served would hand
+    out next anyway, is taken at once (JobQueues.take_run)."""
     clears = -1 if sure is None else sure.failed.clears
+    reasons = ctx.stmt.reasons
     while (job := order.next_job()) is not None:
         step(job)
-        order.done(job)
         if sure is None:
+            order.done(job)
             continue
         sure.tried(job)
+        if same_rank is not None and sure.failed.clears == clears:  # nothing moved: ranks stand
+            for other in order.take_run(
+                job, functools.partial(_changes_nothing, sure, quiet, reasons), same_rank
+            ):
+                sure.tried(other)
+        order.done(job)
         if sure.all_fail():
             settle(ctx, sure.incomplete.values(), sure.groups.items(), sure.failed, step, quiet)
             return
@@ -81,6 +93,17 @@ def walk(
             if moved():
                 return
             clears = sure.failed.clears
+
+
+def _changes_nothing(
+    sure: SureToFail, quiet: Callable[[FailureKey], bool] | None, reasons: Mapping[str, object], job: Job
+) -> bool:
+    """The job's step would change nothing at all: its key failed, the action is quiet
+    about that key, and the job has a reason already."""
+    key = sure.key_of(job)
+    if key is None or quiet is None or not sure.failed.known(key):
+        return False
+    return quiet(key) and job.name in reasons
 
 
 def settle(

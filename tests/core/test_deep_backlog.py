@@ -4,7 +4,10 @@ go wrong if they kept too much. Random sequences: test_incremental.py."""
 
 from __future__ import annotations
 
-from kai_ray.core import CycleCache, SchedulerConfig, TaskStatus
+import dataclasses
+
+from kai_ray.core import UNLIMITED, CycleCache, QueueInfo, SchedulerConfig, TaskStatus, run_cycle
+from kai_ray.core.policy import DEFAULT_POLICY, Policy
 from kai_ray.core.model import Evict
 from tests.core.test_incremental import World, both, node
 
@@ -96,3 +99,61 @@ def test_nothing_changes_when_nothing_can_be_taken() -> None:
     cache = CycleCache()
     for _ in range(3):
         assert decide(world, cache) == []
+
+
+def two_queues_reclaiming() -> World:
+    """Queues a and b under dept, alike; queue c holds the two 4-GPU nodes with eight
+    preemptible one-GPU jobs, over its share: a and b may each take one back."""
+    world = World([node(i, 4, 16.0) for i in range(2)], SchedulerConfig())
+    world.queues = [
+        QueueInfo("dept", quota=(4, UNLIMITED, UNLIMITED)),
+        QueueInfo("a", parent="dept", quota=(2, UNLIMITED, UNLIMITED)),
+        QueueInfo("b", parent="dept", quota=(2, UNLIMITED, UNLIMITED)),
+        QueueInfo("c", quota=(4, UNLIMITED, UNLIMITED)),
+    ]
+    for _ in range(8):
+        world.apply(("submit", 0, 1, "c", 50, False, "", False, True))
+    return world
+
+
+def wait(world: World, queue: str, request: int, nowhere: bool) -> None:
+    """A one-task job; `nowhere`: on a rack that does not exist (it never runs)."""
+    world.apply(("submit", request, 1, queue, 50, False, "", False, False))
+    if nowhere:
+        world.jobs[-1] = dataclasses.replace(world.jobs[-1], node_selector={"rack": "r9"})
+
+
+def takers(world: World, cache: CycleCache, policy: Policy = DEFAULT_POLICY) -> dict[str, str]:
+    """Decided both ways: each job reclaimed -> the queue that took it."""
+    snapshot = world.snapshot()
+    inc = run_cycle(snapshot, world.config, world.now, policy, cache=cache)
+    assert inc == run_cycle(snapshot, world.config, world.now, policy)
+    return {d.job: d.reason.split()[3] for d in inc.decisions if isinstance(d, Evict)}
+
+
+def test_a_run_of_settled_jobs_is_not_taken_past_a_queue_that_ties() -> None:
+    """With ranks that tie, queues a and b take turns: a1, b1, a2, b2, a3. a1, a2 and
+    b1 can never run and are passed over; b2 and a3 each reclaim one of queue c's jobs,
+    youngest first, so which comes first decides who takes which. Taking a's run (a2,
+    then a3) at once would put a3 before b2."""
+    ties = dataclasses.replace(DEFAULT_POLICY, queue_rank=lambda state, rows, q, amount: (0,))
+    world = two_queues_reclaiming()
+    cache = CycleCache()
+    takers(world, cache, ties)
+    for queue, nowhere in (("a", True), ("b", True), ("a", True), ("b", False), ("a", False)):
+        wait(world, queue, 0, nowhere)
+    assert sorted(takers(world, cache, ties).values()) == ["a", "b"]
+
+
+def test_a_run_of_settled_jobs_ends_where_the_queue_ranks_otherwise() -> None:
+    """a1 (one GPU) and a2 (two GPUs) never run; a3 and b1 reclaim. After a1, queue a
+    with a2 next ranks behind b: b1 reclaims first. Taking a2 in a's run would let a3
+    come before b1."""
+    world = two_queues_reclaiming()
+    cache = CycleCache()
+    takers(world, cache)
+    wait(world, "a", 0, True)
+    wait(world, "a", 1, True)
+    wait(world, "a", 0, False)
+    wait(world, "b", 0, False)
+    assert sorted(takers(world, cache).values()) == ["a", "b"]

@@ -78,7 +78,7 @@ class KeptGangs:
                 settle(ctx, sure.incomplete.values(), sure.groups.items(), failed, step, quiet)
                 return True
 
-            walk(ctx, order, sure, step, quiet, moved)
+            walk(ctx, order, sure, step, quiet, moved, ctx.same_rank)
         self.outcomes.keep(action, world, failed)
 
 
