@@ -26,8 +26,10 @@ def allocate(ctx: CycleContext) -> None:
     # for every job with the same placement inputs for the rest of the action.
     failed = FailedSearches(ctx.config.skip_failed_searches)
     sure = line.sure_to_fail(failed) if failed.enabled else None
+    placements, probed = 0, -1  # with a cache: placements made, and when keys were last tried
     while (job := order.next_job()) is not None:
         placed = allocate_step(ctx, job, "allocate", failed)
+        placements += placed
         if placed and job.pending_count:
             order.push_back(job)  # an elastic job goes back in line for each surplus task
             if sure is not None:
@@ -41,6 +43,40 @@ def allocate(ctx: CycleContext) -> None:
             # given its reason as allocate_step would, without ranking the queues.
             _settle(ctx, sure)
             return
+        if sure is not None and ctx.kept is not None and probed != placements and _mostly_sure(sure):
+            probed = placements
+            if _unknown_keys_fail(ctx, sure, failed):
+                _settle(ctx, sure)
+                return
+
+
+def _mostly_sure(sure: SureToFail) -> bool:
+    """Most of the line is sure to fail: what is left of it is worth a try by key."""
+    return 4 * sure.unsure() <= len(sure.keys) and not any(sure.capped.values())
+
+
+def _unknown_keys_fail(ctx: CycleContext, sure: SureToFail, failed: FailedSearches) -> bool:
+    """One step for one job of each key not known to fail yet, on the state as it is.
+    Every job before the first of them in line is sure to fail, so a walk would reach
+    that one with the state unchanged, and the next one too if it fails: when all fail,
+    each fails as (and with the reason) it would in line, and the rest settles. When one
+    would place, everything tried is taken back, failures included (in line, a key met
+    after a placement fails on a smaller room, and says so)."""
+    if sure.groups.get(None):
+        return False  # a whole gang (elastic surplus) is never sure to fail
+    reps = [
+        (key, next(iter(group.values()))) for key, group in sure.groups.items() if group and key is not None
+    ]
+    stmt = ctx.stmt
+    start, known, first = stmt.checkpoint(), failed.saved(), failed.first
+    for key, job in reps:
+        if failed.known(key):
+            continue
+        if allocate_step(ctx, job, "allocate", failed) or not failed.known(key):
+            stmt.rollback(start)
+            failed.restore(known, first)
+            return False
+    return True
 
 
 def _settle(ctx: CycleContext, sure: SureToFail) -> None:

@@ -219,6 +219,11 @@ class SureToFail:
         self._sync()
         return self._unsure == 0
 
+    def unsure(self) -> int:
+        """Jobs in line not sure to fail."""
+        self._sync()
+        return self._unsure
+
     def _sync(self) -> None:
         """Count the keys that failed since the last look (all again after a clear)."""
         failed = self.failed

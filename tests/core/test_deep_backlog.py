@@ -7,8 +7,8 @@ from __future__ import annotations
 import dataclasses
 
 from kai_ray.core import UNLIMITED, CycleCache, QueueInfo, SchedulerConfig, TaskStatus, run_cycle
+from kai_ray.core.model import Bind, Evict
 from kai_ray.core.policy import DEFAULT_POLICY, Policy
-from kai_ray.core.model import Evict
 from tests.core.test_incremental import World, both, node
 
 
@@ -116,9 +116,9 @@ def two_queues_reclaiming() -> World:
     return world
 
 
-def wait(world: World, queue: str, request: int, nowhere: bool) -> None:
-    """A one-task job; `nowhere`: on a rack that does not exist (it never runs)."""
-    world.apply(("submit", request, 1, queue, 50, False, "", False, False))
+def wait(world: World, queue: str, tasks: int, nowhere: bool) -> None:
+    """A gang of one-GPU tasks; `nowhere`: on a rack that does not exist (it never runs)."""
+    world.apply(("submit", 0, tasks, queue, 50, False, "", False, False))
     if nowhere:
         world.jobs[-1] = dataclasses.replace(world.jobs[-1], node_selector={"rack": "r9"})
 
@@ -141,19 +141,36 @@ def test_a_run_of_settled_jobs_is_not_taken_past_a_queue_that_ties() -> None:
     cache = CycleCache()
     takers(world, cache, ties)
     for queue, nowhere in (("a", True), ("b", True), ("a", True), ("b", False), ("a", False)):
-        wait(world, queue, 0, nowhere)
+        wait(world, queue, 1, nowhere)
     assert sorted(takers(world, cache, ties).values()) == ["a", "b"]
 
 
 def test_a_run_of_settled_jobs_ends_where_the_queue_ranks_otherwise() -> None:
-    """a1 (one GPU) and a2 (two GPUs) never run; a3 and b1 reclaim. After a1, queue a
-    with a2 next ranks behind b: b1 reclaims first. Taking a2 in a's run would let a3
-    come before b1."""
+    """a1 (one GPU) and a2 (three: more than a's deserved two) never run; a3 and b1
+    reclaim. After a1, queue a with a2 next ranks behind b: b1 reclaims first. Taking
+    a2 in a's run would let a3 come before b1."""
     world = two_queues_reclaiming()
     cache = CycleCache()
     takers(world, cache)
-    wait(world, "a", 0, True)
     wait(world, "a", 1, True)
-    wait(world, "a", 0, False)
-    wait(world, "b", 0, False)
+    wait(world, "a", 3, True)
+    wait(world, "a", 1, False)
+    wait(world, "b", 1, False)
     assert sorted(takers(world, cache).values()) == ["a", "b"]
+
+
+def test_allocate_tries_the_rest_of_its_line_by_key_without_reordering_it() -> None:
+    """One GPU is free. b_small came first but queue b already holds three GPUs, so
+    queue order serves a first: its ten 2-GPU jobs fail, then a_small takes the GPU.
+    Trying the one-GPU key early (b_small stands for it) must not let b_small keep it."""
+    world = World([node(i, 4, 16.0) for i in range(2)], SchedulerConfig())
+    for queue in ("b", "b", "b", "c", "c", "c", "c"):
+        world.apply(("submit", 0, 1, queue, 150, False, "", False, True))
+    cache = CycleCache()
+    decide(world, cache)
+    world.apply(("submit", 0, 1, "b", 50, False, "", False, False))
+    for _ in range(10):
+        world.apply(("submit", 0, 2, "a", 50, False, "", False, False))
+    world.apply(("submit", 0, 1, "a", 50, False, "", False, False))
+    bound = {d.job for d in decide(world, cache) if isinstance(d, Bind)}
+    assert bound == {world.jobs[-1].name}
