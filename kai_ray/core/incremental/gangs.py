@@ -61,6 +61,8 @@ class KeptGangs:
         verdicts: Callable[[Job], tuple[object, ...]] | None,
     ) -> None:
         view = _GangView(ctx, self.line, action)
+        if not view.representatives() and not view.incomplete():
+            return  # no gang waits: nothing to step, nothing found to keep
         world = self.outcomes.world(ctx)
         keyed = {key: job for key, job in view.representatives().items() if key is not None}
         self.outcomes.seed(action, world, failed, keyed, takes_from, verdicts)
