@@ -205,9 +205,14 @@ class SureToFail:
             return
         self._sync()
         key = self.keys.pop(id(job))
-        group = self.groups.get(key)
+        groups = self.groups
+        group = groups.get(key)
         if group is None or group.pop(job.info.name, None) is None:
-            self.capped[key].pop(job.info.name)
+            groups = self.capped
+            group = groups[key]
+            group.pop(job.info.name)
+        if not group:  # a line kept for long meets many keys: keep only those in it
+            del groups[key]
         if not self._sure(key):
             self._unsure -= 1
 

@@ -61,7 +61,7 @@ class KeptGangs:
         verdicts: Callable[[Job], tuple[object, ...]] | None,
     ) -> None:
         view = _GangView(ctx, self.line, action)
-        if not view.representatives() and not view.incomplete():
+        if view.empty():
             return  # no gang waits: nothing to step, nothing found to keep
         world = self.outcomes.world(ctx)
         keyed = {key: job for key, job in view.representatives().items() if key is not None}
@@ -125,6 +125,10 @@ class _GangView:
         self.back = [job for job in touched if job.pending_count and not job.is_whole()]
         self.extra = SureToFail(self.back, FailedSearches(), action)
         self._reps: dict[FailureKey | None, Job] | None = None
+
+    def empty(self) -> bool:
+        base = self.base
+        return len(base.keys) + len(base.incomplete) == len(self.gone) and not self.back
 
     def representatives(self) -> dict[FailureKey | None, Job]:
         """One job per search key in line (incomplete gangs aside)."""
