@@ -4,6 +4,7 @@ elastic surplus tasks one at a time. Tasks may land on capacity still being rele
 
 from __future__ import annotations
 
+import functools
 from itertools import repeat
 
 from kai_ray.core.capacity import capacity_problem, capped
@@ -12,7 +13,7 @@ from kai_ray.core.context import CycleContext
 from kai_ray.core.failedsearches import FailedSearches, search_key
 from kai_ray.core.model import Reason
 from kai_ray.core.reasons import explain_unplaced, unmet_affinity
-from kai_ray.core.settling import SureToFail
+from kai_ray.core.settling import SureToFail, every_key_fails
 from kai_ray.core.subgroups import tally
 from kai_ray.core.words import agree, count
 
@@ -62,21 +63,8 @@ def _unknown_keys_fail(ctx: CycleContext, sure: SureToFail, failed: FailedSearch
     each fails as (and with the reason) it would in line, and the rest settles. When one
     would place, everything tried is taken back, failures included (in line, a key met
     after a placement fails on a smaller room, and says so)."""
-    if sure.groups.get(None):
-        return False  # a whole gang (elastic surplus) is never sure to fail
-    reps = [
-        (key, next(iter(group.values()))) for key, group in sure.groups.items() if group and key is not None
-    ]
-    stmt = ctx.stmt
-    start, known, first = stmt.checkpoint(), failed.saved(), failed.first
-    for key, job in reps:
-        if failed.known(key):
-            continue
-        if allocate_step(ctx, job, "allocate", failed) or not failed.known(key):
-            stmt.rollback(start)
-            failed.restore(known, first)
-            return False
-    return True
+    moves = functools.partial(allocate_step, ctx, action="allocate", failed=failed)
+    return every_key_fails(ctx, sure.representatives(), failed, moves, keep_found=False)
 
 
 def _settle(ctx: CycleContext, sure: SureToFail) -> None:

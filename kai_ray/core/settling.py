@@ -25,7 +25,7 @@ from kai_ray.core.jobqueues import JobQueues
 if TYPE_CHECKING:  # the context holds a waiting line, which holds a SureToFail
     from kai_ray.core.context import CycleContext
 
-__all__ = ["SureToFail", "each_waiting_gang", "settle", "walk"]
+__all__ = ["SureToFail", "each_waiting_gang", "every_key_fails", "settle", "walk"]
 
 
 def each_waiting_gang(
@@ -93,6 +93,33 @@ def walk(
             if moved():
                 return
             clears = sure.failed.clears
+
+
+def every_key_fails(
+    ctx: CycleContext,
+    reps: Iterable[tuple[FailureKey | None, Job]],
+    failed: FailedSearches,
+    moves: Callable[[Job], bool],
+    keep_found: bool,
+) -> bool:
+    """One try for one job of each key not known to fail (`moves(job)`: True when the try
+    changed the state), on the state as it is. True when every key failed (the state
+    and `failed` as trying them in line would leave them). Otherwise everything tried is
+    rolled back, and `failed` knows what it knew, plus, with `keep_found`, the keys that
+    failed before one did not (they failed on this very state). A whole gang's key (None)
+    is never sure to fail."""
+    stmt = ctx.stmt
+    start, known, first = stmt.checkpoint(), failed.saved(), failed.first
+    for key, job in reps:
+        if key is not None and failed.known(key):
+            continue
+        if key is None or moves(job) or not failed.known(key):
+            stmt.rollback(start)
+            failed.restore(known, first)
+            return False
+        if keep_found:
+            known[key] = (failed.reason(key), failed.grounds.get(key))
+    return True
 
 
 def _changes_nothing(
@@ -194,6 +221,10 @@ class SureToFail:
 
     def _sure(self, key: FailureKey | None) -> bool:
         return key is not None and self.failed.known(key)
+
+    def representatives(self) -> list[tuple[FailureKey | None, Job]]:
+        """One job in line per key."""
+        return [(key, next(iter(group.values()))) for key, group in self.groups.items() if group]
 
     def key_of(self, job: Job) -> FailureKey | None:
         return self.keys.get(id(job))

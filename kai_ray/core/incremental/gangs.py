@@ -25,6 +25,7 @@ the same decisions come from three caches:
 from __future__ import annotations
 
 import bisect
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -33,7 +34,7 @@ from kai_ray.core.failedsearches import FailedSearches, FailureKey
 from kai_ray.core.incremental.outcomes import SearchOutcomes
 from kai_ray.core.incremental.waitingline import WaitingLine
 from kai_ray.core.jobqueues import JobQueues
-from kai_ray.core.settling import SureToFail, settle, walk
+from kai_ray.core.settling import SureToFail, every_key_fails, settle, walk
 
 if TYPE_CHECKING:
     from kai_ray.core.context import CycleContext
@@ -66,7 +67,8 @@ class KeptGangs:
         world = self.outcomes.world(ctx)
         keyed = {key: job for key, job in view.representatives().items() if key is not None}
         self.outcomes.seed(action, world, failed, keyed, takes_from, verdicts)
-        if _every_key_fails(ctx, view.representatives(), failed, step):
+        moves = functools.partial(_moves_room, failed, step)
+        if every_key_fails(ctx, view.representatives().items(), failed, moves, keep_found=True):
             settle(ctx, view.incomplete(), view.groups(), failed, step, quiet)
         else:
             order, sure = view.walk(failed)
@@ -74,8 +76,7 @@ class KeptGangs:
             def moved() -> bool:  # room moved: are all the rest sure to fail now?
                 if len(sure.keys) < _PROBE_WHEN * len(sure.groups):
                     return False
-                reps = {key: next(iter(group.values())) for key, group in sure.groups.items() if group}
-                if not _every_key_fails(ctx, reps, failed, step):
+                if not every_key_fails(ctx, sure.representatives(), failed, moves, keep_found=True):
                     return False
                 settle(ctx, sure.incomplete.values(), sure.groups.items(), failed, step, quiet)
                 return True
@@ -84,31 +85,11 @@ class KeptGangs:
         self.outcomes.keep(action, world, failed)
 
 
-def _every_key_fails(
-    ctx: CycleContext, reps: dict[FailureKey | None, Job], failed: FailedSearches, step: Step
-) -> bool:
-    """A step for one job of each key not known to fail, on the state as it is. True when
-    every key failed (the state, and every failure, as a walk would have them); otherwise
-    everything the steps did is rolled back, and `failed` knows what it knew plus the
-    keys that failed before one did not."""
-    stmt = ctx.stmt
-    start = stmt.checkpoint()
-    known, first = failed.saved(), failed.first
-    for key, job in reps.items():
-        if key is None:  # a whole gang (elastic surplus) is never sure to fail
-            stmt.rollback(start)
-            failed.restore(known, first)
-            return False
-        if failed.known(key):
-            continue
-        clears = failed.clears
-        step(job)
-        if failed.clears != clears or not failed.known(key):  # room moved, or would have
-            stmt.rollback(start)
-            failed.restore(known, first)
-            return False
-        known[key] = (failed.reason(key), failed.grounds.get(key))
-    return True
+def _moves_room(failed: FailedSearches, step: Step, job: Job) -> bool:
+    """The step moved room: an evicting action forgets its failures when it does."""
+    clears = failed.clears
+    step(job)
+    return failed.clears != clears
 
 
 class _GangView:
