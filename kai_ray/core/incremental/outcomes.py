@@ -29,12 +29,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from kai_ray.core.cluster import Job
 from kai_ray.core.failedsearches import FailedSearches, FailureKey, Grounds
 from kai_ray.core.model import Reason
+
+if TYPE_CHECKING:  # the context holds the cache's lines, which hold these
+    from kai_ray.core.context import CycleContext
 
 __all__ = ["SearchOutcomes", "World"]
 
@@ -86,10 +90,7 @@ class SearchOutcomes:
         if came:
             self._came.append((self.epoch, job))
 
-    def world(self, ctx: object) -> World:
-        from kai_ray.core.context import CycleContext
-
-        assert isinstance(ctx, CycleContext)
+    def world(self, ctx: CycleContext) -> World:
         nodes, usage, shares = ctx.state.nodes, ctx.state.usage, ctx.shares
         devices = tuple(
             (i, tuple((k, d.idle, d.releasing) for k, d in sorted(held.items())))
