@@ -17,6 +17,7 @@ from kai_ray.core.model import SchedulerConfig
 from kai_ray.core.placement import Placer
 from kai_ray.core.policy import DEFAULT_POLICY, Policy, QueueRank, allocate_count, tasks_to_allocate
 from kai_ray.core.statement import Statement
+from kai_ray.core.victimpool import Candidates
 
 __all__ = ["CycleContext"]
 
@@ -40,6 +41,8 @@ class CycleContext:
     preemption_delay: float = 0.0
     # A cycle cache's lines and failures for the actions that evict (incremental/gangs.py).
     kept: KeptGangs | None = None
+    # The policy's victims, with Statement.running_mark when built (victimpool.py).
+    victims: tuple[int, Candidates] | None = None
     # A job's next request, while it waits in a JobQueues (its tasks do not change there).
     _next_amount: dict[int, list[float]] = field(default_factory=dict)
     # n times a shared per-task amount, by (id of that amount, n): read-only arrays.

@@ -34,6 +34,7 @@ from kai_ray.core.preemptiondelay import HeldBack
 from kai_ray.core.reasons import unmet_affinity
 from kai_ray.core.settling import each_waiting_gang
 from kai_ray.core.subgroups import short_words
+from kai_ray.core.victimpool import ActionCandidates, Candidates
 from kai_ray.core.victims import (
     Allowed,
     EvictReason,
@@ -43,7 +44,6 @@ from kai_ray.core.victims import (
     free_room_for,
     keep_fewest,
     next_victim,
-    victim_units,
 )
 from kai_ray.core.words import agree, count, number
 
@@ -60,7 +60,8 @@ class VictimSearch:
     one job."""
 
     action: str
-    victims: Callable[[], list[Unit]]  # the candidates in victim order, built when a search runs
+    candidates: ActionCandidates  # the action's
+    victims: Callable[[], list[Unit]]  # those of the candidates it may take, in victim order
     eligible: Allowed  # whether a candidate may be taken, min runtime aside
     min_runtime: Callable[[Unit], float]  # how long a candidate is protected after it started
     evict_reason: EvictReason
@@ -69,23 +70,6 @@ class VictimSearch:
     # What the search decides from the queues' standings about these candidates (a search
     # that found no room with the same verdicts finds none again): none by default.
     verdicts: Callable[[list[Unit]], tuple[object, ...]] = lambda units: ()
-
-
-class _Candidates:
-    """Every unit an eviction action could take (the policy's victims), built once per
-    action and only when some job waits; a unit evicted on the way is no longer live."""
-
-    def __init__(self, ctx: CycleContext) -> None:
-        self.ctx = ctx
-        self._units: list[Unit] | None = None
-
-    @property
-    def units(self) -> list[Unit]:
-        if self._units is None:
-            policy = self.ctx.policy
-            jobs = [j for j in self.ctx.state.jobs if policy.may_be_victim(j)]
-            self._units = victim_units(jobs, policy.victim_order)
-        return self._units
 
 
 def make_room(
@@ -106,6 +90,7 @@ def make_room(
     if held.known(key) and (waits := held.waits(job)) is not None:
         ctx.stmt.set_reason(job.name, waits)  # a look-alike's search would evict: this one's too
         return False
+    candidates = search.candidates.get()
     victims = search.victims()
     protected: list[Unit] = []  # candidates that only their min runtime kept
 
@@ -118,7 +103,7 @@ def make_room(
         return True
 
     start, evictions = ctx.stmt.checkpoint(), ctx.stmt.evictions
-    outcome = _attempt(ctx, job, gang, victims, search, allowed)
+    outcome = _attempt(ctx, job, gang, (candidates, victims), search, allowed)
     if outcome is _PLACED:
         waits = held.waits(job) if ctx.stmt.evictions > evictions else None
         if waits is not None:  # it would evict, but waits for new nodes first
@@ -129,7 +114,7 @@ def make_room(
         failed.clear()  # room moved: an earlier failure may succeed now
         return True
     if protected:  # time may lift the protection: this failure is this cycle's alone
-        reason = _min_runtime_blocks(ctx, job, gang, victims, search)
+        reason = _min_runtime_blocks(ctx, job, gang, (candidates, victims), search)
         failed.add(key, reason)
     else:
         reason = None
@@ -156,21 +141,24 @@ def _say(ctx: CycleContext, job: Job, reason: Reason | None) -> None:
 
 
 _PLACED, _NO_ROOM, _REFUSED = "placed", "no room", "refused"  # how an attempt ended
+_Pool = tuple[Candidates, list[Unit]]  # a search's candidates, and its victims among them
 
 
 def _attempt(
-    ctx: CycleContext, job: Job, gang: list[Task], victims: list[Unit], search: VictimSearch, allowed: Allowed
+    ctx: CycleContext, job: Job, gang: list[Task], pool: _Pool, search: VictimSearch, allowed: Allowed
 ) -> str:
     """One try: room for the gang (victims where it lacks room), then the queue limits
     with the victims gone, then the search's own rule. Rolled back unless all hold.
     _NO_ROOM: the gang found no room, whatever the queues' standings (which only decide
     between _PLACED and _REFUSED once it has room)."""
+    candidates, victims = pool
     amount = ctx.amount(gang)
     over_before = capacity_problem(ctx.state, ctx.shares, job, amount) is not None
     if over_before and not _may_shed(ctx, job, amount, victims, allowed):
         return _REFUSED
     start = ctx.stmt.checkpoint()
-    if not free_room_for(ctx, gang, victims, allowed, search.action, search.evict_reason, search.giving):
+    action, reason, giving = search.action, search.evict_reason, search.giving
+    if not free_room_for(ctx, gang, victims, allowed, action, reason, giving, candidates, search.eligible):
         return _NO_ROOM
     if (over_before and not _shed(ctx, job, amount, victims, allowed, search)) or not search.holds():
         ctx.stmt.rollback(start)
@@ -241,13 +229,13 @@ def _helps(over: list[int], ancestors: tuple[tuple[int, ...], ...], allowed: All
 
 
 def _min_runtime_blocks(
-    ctx: CycleContext, job: Job, gang: list[Task], victims: list[Unit], search: VictimSearch
+    ctx: CycleContext, job: Job, gang: list[Task], pool: _Pool, search: VictimSearch
 ) -> Reason | None:
     """When the search would succeed if min runtime protected nothing, that is what
     blocks the job: say so, and when the last victim it needs may be taken."""
-    live_before = [u for u in victims if u.live()]
+    live_before = [u for u in pool[1] if u.live()]
     start = ctx.stmt.checkpoint()
-    if _attempt(ctx, job, gang, victims, search, search.eligible) is not _PLACED:
+    if _attempt(ctx, job, gang, pool, search, search.eligible) is not _PLACED:
         return None
     protects, now = ctx.policy.min_runtime_protects, ctx.now
     needed = [u for u in live_before if not u.live() and protects(u, search.min_runtime(u), now)]
@@ -270,7 +258,7 @@ def _min_runtime_blocks(
 def preempt(ctx: CycleContext) -> None:
     """Inside one queue: lower-priority preemptible work makes room for a higher one."""
     failed = FailedSearches(ctx.config.skip_failed_searches)
-    candidates = _Candidates(ctx)
+    candidates = ActionCandidates(ctx)
     held = HeldBack(ctx, "preempt", failed)
 
     def step(job: Job) -> None:
@@ -286,12 +274,13 @@ def _no_lower_priority(ctx: CycleContext, job: Job) -> Reason:
     return Reason("no-room", text)
 
 
-def _preempt_search(ctx: CycleContext, job: Job, candidates: _Candidates) -> VictimSearch:
+def _preempt_search(ctx: CycleContext, job: Job, candidates: ActionCandidates) -> VictimSearch:
     tree, may_preempt = ctx.state.tree, ctx.policy.may_preempt
     reason = f"preempted by {job.name} in {tree.names[job.queue]}"
     return VictimSearch(
         action="preempt",
-        victims=lambda: [u for u in candidates.units if may_preempt(job, u.job)],
+        candidates=candidates,
+        victims=lambda: [u for u in candidates.get().units if may_preempt(job, u.job)],
         eligible=lambda u: True,
         min_runtime=lambda u: tree.preempt_min_runtime[u.job.queue],
         evict_reason=lambda u: reason,
@@ -304,7 +293,7 @@ def _preempt_search(ctx: CycleContext, job: Job, candidates: _Candidates) -> Vic
 def reclaim(ctx: CycleContext) -> None:
     """Between queues: a queue under its fair share takes back from queues over theirs."""
     failed = FailedSearches(ctx.config.skip_failed_searches)
-    candidates = _Candidates(ctx)
+    candidates = ActionCandidates(ctx)
     giving = GivingOrder(ctx)
     held = HeldBack(ctx, "reclaim", failed)
 
@@ -339,7 +328,7 @@ def _no_reason_of_its_own(failed: FailedSearches) -> Callable[[FailureKey], bool
 def _reclaim_for(
     ctx: CycleContext,
     job: Job,
-    candidates: _Candidates,
+    candidates: ActionCandidates,
     giving: GivingOrder,
     failed: FailedSearches,
     held: HeldBack,
@@ -361,16 +350,30 @@ def _reclaim_for(
 
 
 def _reclaim_search(
-    ctx: CycleContext, job: Job, amount: np.ndarray, candidates: _Candidates, giving: GivingOrder
+    ctx: CycleContext, job: Job, amount: np.ndarray, candidates: ActionCandidates, giving: GivingOrder
 ) -> VictimSearch:
     state, shares, tree, policy = ctx.state, ctx.shares, ctx.state.tree, ctx.policy
     # My side is judged as it stood before this job's tasks were placed.
     mine_before = {q: state.usage.allocated_row(q) for q in tree.ancestors[job.queue]}
+    sides: dict[int, tuple[int, int]] = {}  # a victim's queue: (my side, their side)
+    # A side's verdict reads its allocated figures alone (the rest is fixed for the
+    # search): kept per side with the figures it was made on.
+    verdicts: dict[int, tuple[list[float], bool]] = {}
 
     def eligible(u: Unit) -> bool:
-        lca = tree.lowest_common_ancestor(job.queue, u.job.queue)
-        mine, theirs = tree.child_toward(lca, job.queue), tree.child_toward(lca, u.job.queue)
-        return _may_take(ctx, mine, theirs, mine_before[mine] + amount)
+        side = sides.get(u.job.queue)
+        if side is None:
+            theirs_q = u.job.queue
+            lca = tree.lowest_common_ancestor(job.queue, theirs_q)
+            side = sides[theirs_q] = (tree.child_toward(lca, job.queue), tree.child_toward(lca, theirs_q))
+        mine, theirs = side
+        row = state.usage.allocated[theirs]
+        known = verdicts.get(theirs)
+        if known is not None and known[0] == row:
+            return known[1]
+        verdict = _may_take(ctx, mine, theirs, mine_before[mine] + amount)
+        verdicts[theirs] = (list(row), verdict)
+        return verdict
 
     q = job.queue
 
@@ -383,7 +386,8 @@ def _reclaim_search(
 
     return VictimSearch(
         action="reclaim",
-        victims=lambda: [u for u in candidates.units if policy.may_reclaim_from(job, u.job)],
+        candidates=candidates,
+        victims=lambda: [u for u in candidates.get().units if policy.may_reclaim_from(job, u.job)],
         eligible=eligible,
         min_runtime=lambda u: tree.reclaim_min_runtime_for(job.queue, u.job.queue),
         evict_reason=lambda u: reason(),

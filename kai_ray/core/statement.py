@@ -31,10 +31,20 @@ class Statement:
         self._committed: list[Undo] | None = [] if undoable_cycle else None
         self.pipelined = 0  # placements onto releasing capacity that stand (undo takes back)
         self.evictions = 0  # evictions that stand (undo takes back): did a search take any?
+        # One number per standing eviction, in order; undo takes the last off, so the
+        # top names the set that stands: equal tops, the same tasks running.
+        self._evicted_marks: list[int] = []
+        self._marks = 0
         self.reasons: dict[str, Reason] = {}  # job -> why it still waits
         # What the cycle changed: nodes placed on or evicted from, and their jobs.
         self.touched_nodes: set[int] = set()
         self.touched_jobs: set[Job] = set()
+
+    @property
+    def running_mark(self) -> int:
+        """Names the evictions that stand: equal marks, the same tasks running (eviction
+        is the only way a task stops running inside a cycle; victimpool.py)."""
+        return self._evicted_marks[-1] if self._evicted_marks else 0
 
     # ------------------------------------------------------------ transactions
 
@@ -198,10 +208,13 @@ class Statement:
         task.evicted_from, task.evict_reason = (node, device), (action, reason)
         job.active_count -= 1
         self.evictions += 1
+        self._marks += 1
+        self._evicted_marks.append(self._marks)
 
         def undo() -> None:
             job.active_count += 1
             self.evictions -= 1
+            self._evicted_marks.pop()
             task.status = TaskStatus.RUNNING
             task.evicted_from = task.evict_reason = None
             undo_usage()

@@ -19,10 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from kai_ray.core.cluster import EPS, Job, Task
+from kai_ray.core.cluster import Task
 from kai_ray.core.context import CycleContext
 from kai_ray.core.hooks import Unit
 from kai_ray.core.model import TaskStatus
+from kai_ray.core.victimpool import Candidates, VictimPool, victim_units
 
 __all__ = [
     "MAX_NODES_TRIED",
@@ -41,31 +42,6 @@ MAX_NODES_TRIED = 64  # nodes tried per task before the search gives up
 
 Allowed = Callable[[Unit], bool]
 EvictReason = Callable[[Unit], str]
-
-
-def victim_units(jobs: Sequence[Job], order: Callable[[Unit], Any]) -> list[Unit]:
-    """Eviction units of running jobs (a gang, or one elastic surplus task, last task
-    first; surplus: Job.surplus_of), sorted by the policy's victim order. A task still
-    reported running on a node that left the cluster holds nothing here: evicting it
-    would free nothing."""
-    units: list[Unit] = []
-    running_status = TaskStatus.RUNNING
-    for job in jobs:
-        running = [t for t in job.tasks if t.status is running_status and t.node >= 0]
-        if not running:
-            continue
-        # Surplus beyond each subgroup's minimum goes one task at a time; the rest of
-        # the gang only as a whole (taking part of it would break the gang).
-        extra = job.surplus_of(running)
-        if not extra:
-            units.append(Unit(job, tuple(running), False))
-            continue
-        units.extend(Unit(job, (t,), True) for t in extra)
-        rest = tuple(t for t in running if t not in extra)
-        if rest:
-            units.append(Unit(job, rest, False))
-    units.sort(key=order)
-    return units
 
 
 def evict_unit(ctx: CycleContext, unit: Unit, action: str, reason: str) -> None:
@@ -164,12 +140,21 @@ def free_room_for(
     action: str,
     reason: EvictReason,
     giving: GivingOrder | None = None,
+    candidates: Candidates | None = None,
+    ever: Allowed | None = None,
 ) -> bool:
     """Place every task, evicting from `units` (in victim order; between queues in
-    `giving` order) where needed; all or nothing."""
-    start = ctx.stmt.checkpoint()
+    `giving` order) where needed; all or nothing. `candidates`: the action's, which
+    `units` are some of (else built for them). `ever`: a test every unit the search
+    may take passes at any point (a superset of `allowed`): with it, a search that
+    cannot succeed even with all those gone ends at once (VictimPool.may_fit)."""
     job = tasks[0].job
-    pool = _VictimPool(ctx, units, giving)
+    if candidates is None:
+        candidates = Candidates(list(units), ctx.state.nodes.idle.shape[1])
+    pool = VictimPool(ctx, candidates, units, giving)
+    if ever is not None and not pool.may_fit(tasks, ever):
+        return False
+    start = ctx.stmt.checkpoint()
     for task in tasks:
         # Only nodes the task may use are freed: victims elsewhere would not help it.
         mask = ctx.placer.task_mask(task, ctx.placer.job_mask(job))
@@ -184,87 +169,11 @@ def free_room_for(
     return True
 
 
-class _VictimPool:
-    """The candidate victims of one search, as arrays over their tasks, so that scoring
-    nodes is a few vectorised passes rather than a loop over every victim."""
-
-    def __init__(self, ctx: CycleContext, units: Sequence[Unit], giving: GivingOrder | None) -> None:
-        self.ctx = ctx
-        self.units = list(units)
-        self.giving = giving
-        self.live = np.array([u.live() for u in self.units], dtype=bool)
-        nodes, unit_of, demand = [], [], []
-        self.by_node: dict[int, list[int]] = {}
-        for i, u in enumerate(self.units):
-            for t in u.tasks:
-                nodes.append(t.node)
-                unit_of.append(i)
-                demand.append(t.demand)
-            for node in dict.fromkeys(t.node for t in u.tasks):
-                self.by_node.setdefault(node, []).append(i)
-        width = ctx.state.nodes.idle.shape[1]
-        self.task_node = np.array(nodes, dtype=np.int64)
-        self.task_unit = np.array(unit_of, dtype=np.int64)
-        self.task_demand = np.array(demand, dtype=np.float64).reshape(-1, width)
-        self.unit_queue = np.array([u.job.queue for u in self.units], dtype=np.int64)
-        self.index = {id(u): i for i, u in enumerate(self.units)}
-
-    def on_node(self, node: int) -> list[Unit]:
-        return [self.units[i] for i in self.by_node.get(node, []) if self.live[i]]
-
-    def gone(self, evicted: Sequence[Unit]) -> None:
-        for u in evicted:
-            self.live[self.index[id(u)]] = False
-
-    def ranks(self) -> np.ndarray:
-        """Each unit's place in the order victims are taken now: victim order, or, with
-        a giving order, queue by queue as the queues stand now and victim order inside."""
-        order = np.arange(len(self.units), dtype=np.int64)
-        if self.giving is None or not len(self.units):
-            return order
-        positions = self.giving.positions(self.unit_queue.tolist())
-        place = np.zeros(len(self.ctx.state.tree), dtype=np.int64)
-        for q, i in positions.items():
-            place[q] = i
-        result: np.ndarray = place[self.unit_queue] * len(self.units) + order
-        return result
-
-    def nodes_worth_freeing(self, task: Task, mask: np.ndarray) -> np.ndarray:
-        """Nodes where evicting live victims could make room: least missing room first;
-        for a spreading job, then the node holding the fewest of its tasks (the spread
-        stays as even as allocate would make it); then the node whose victims come first
-        in victim order (as a global youngest-first search would take them); node order."""
-        nodes = self.ctx.state.nodes
-        n = len(nodes)
-        alive = self.live[self.task_unit]
-        if not alive.any():  # nothing left to take: no node is worth freeing (and no pass over them)
-            return np.empty(0, dtype=np.intp)
-        where = self.task_node[alive]
-        freeable = np.zeros_like(nodes.idle)
-        np.add.at(freeable, where, self.task_demand[alive])
-        none = np.iinfo(np.int64).max
-        first = np.full(n, none, dtype=np.int64)
-        np.minimum.at(first, where, self.ranks()[self.task_unit[alive]])
-        room = nodes.idle + nodes.releasing
-        ok = mask & (first < none)
-        for c in np.flatnonzero(task.demand):
-            ok &= room[:, c] + freeable[:, c] >= task.demand[c] - EPS
-        col = 0 if (task.demand[0] > 0 or task.fraction_request) else 1
-        candidates = np.flatnonzero(ok)
-        missing = np.maximum(0.0, task.demand[col] - room[candidates, col])
-        keys = [candidates, first[candidates]]
-        if task.job.info.spread:
-            held = self.ctx.placer.own_counts(task.job)
-            keys.append(np.array([held.get(n, 0) for n in candidates.tolist()], dtype=np.int64))
-        order = np.lexsort((*keys, missing))
-        return candidates[order]
-
-
 def _free_a_node(
     ctx: CycleContext,
     task: Task,
     mask: np.ndarray,
-    pool: _VictimPool,
+    pool: VictimPool,
     allowed: Allowed,
     action: str,
     reason: EvictReason,

@@ -1,0 +1,227 @@
+"""The candidate victims of an eviction action, and one search's pool of them.
+
+A cycle with a deep backlog runs several victim searches per action, each over the same
+few hundred running gangs. What does not change between them is built once:
+
+- `Candidates`: every unit the policy lets be a victim, in victim order, with their
+  tasks as arrays (node, demand, unit). An action takes them when its first search
+  needs them and keeps them to its end (a unit it evicts stays in, no longer live);
+  the next action takes the same while the same evictions stand
+  (Statement.running_mark): they are then exactly what a fresh build would give.
+- `VictimPool`: one search's view of them: which candidates it may look at (its
+  members) and which of those are still running, as a mask over the shared arrays.
+
+`VictimPool.may_fit` is an upper bound that lets a hopeless search end before it
+evicts anything: the gang fits nowhere even if every unit the search could ever take
+were gone. Exact in what it decides: a search that passes the bound runs as before,
+and one that fails it would have failed (victims.free_room_for says why).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from kai_ray.core.cluster import EPS, FloatArray, Job, Task
+from kai_ray.core.hooks import Unit
+from kai_ray.core.model import TaskStatus
+
+if TYPE_CHECKING:  # the context holds the shared candidates
+    from kai_ray.core.context import CycleContext
+
+__all__ = ["ActionCandidates", "Candidates", "VictimPool", "victim_units"]
+
+# Rounding slack of the bound: the search sums freed room in another order than this.
+_SLACK = 1e-9
+
+
+def victim_units(jobs: Sequence[Job], order: Callable[[Unit], Any]) -> list[Unit]:
+    """Eviction units of running jobs (a gang, or one elastic surplus task, last task
+    first; surplus: Job.surplus_of), sorted by the policy's victim order. A task still
+    reported running on a node that left the cluster holds nothing here: evicting it
+    would free nothing."""
+    units: list[Unit] = []
+    running_status = TaskStatus.RUNNING
+    for job in jobs:
+        running = [t for t in job.tasks if t.status is running_status and t.node >= 0]
+        if not running:
+            continue
+        # Surplus beyond each subgroup's minimum goes one task at a time; the rest of
+        # the gang only as a whole (taking part of it would break the gang).
+        extra = job.surplus_of(running)
+        if not extra:
+            units.append(Unit(job, tuple(running), False))
+            continue
+        units.extend(Unit(job, (t,), True) for t in extra)
+        rest = tuple(t for t in running if t not in extra)
+        if rest:
+            units.append(Unit(job, rest, False))
+    units.sort(key=order)
+    return units
+
+
+class Candidates:
+    """Units in victim order, with their tasks as arrays (built when first needed)."""
+
+    def __init__(self, units: list[Unit], width: int) -> None:
+        self.units = units
+        self.width = width
+        self._arrays: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._by_node: dict[int, list[int]] = {}
+        self.index = {id(u): i for i, u in enumerate(units)}
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(each task's node, its unit, its demand; each unit's queue)."""
+        if self._arrays is None:
+            nodes, unit_of, demand = [], [], []
+            for i, u in enumerate(self.units):
+                for t in u.tasks:
+                    nodes.append(t.node)
+                    unit_of.append(i)
+                    demand.append(t.demand)
+                for node in dict.fromkeys(t.node for t in u.tasks):
+                    self._by_node.setdefault(node, []).append(i)
+            self._arrays = (
+                np.array(nodes, dtype=np.int64),
+                np.array(unit_of, dtype=np.int64),
+                np.array(demand, dtype=np.float64).reshape(-1, self.width),
+                np.array([u.job.queue for u in self.units], dtype=np.int64),
+            )
+        return self._arrays
+
+    def on_node(self, node: int) -> list[int]:
+        """The units with a task on the node, in victim order."""
+        self.arrays()
+        return self._by_node.get(node, [])
+
+
+def shared_candidates(ctx: CycleContext) -> Candidates:
+    """The policy's victims as the state stands; the last built while the same
+    evictions stand."""
+    mark = ctx.stmt.running_mark
+    kept = ctx.victims
+    if kept is not None and kept[0] == mark:
+        return kept[1]
+    policy = ctx.policy
+    jobs = [j for j in ctx.state.jobs if policy.may_be_victim(j)]
+    candidates = Candidates(victim_units(jobs, policy.victim_order), ctx.state.nodes.idle.shape[1])
+    ctx.victims = (mark, candidates)
+    return candidates
+
+
+class ActionCandidates:
+    """One action's candidates: taken at its first search, kept to its end."""
+
+    def __init__(self, ctx: CycleContext) -> None:
+        self.ctx = ctx
+        self._candidates: Candidates | None = None
+
+    def get(self) -> Candidates:
+        if self._candidates is None:
+            self._candidates = shared_candidates(self.ctx)
+        return self._candidates
+
+
+class VictimPool:
+    """The candidate victims of one search: the members it may look at, which of them
+    still run, so that scoring nodes is a few vectorised passes rather than a loop over
+    every victim."""
+
+    def __init__(
+        self, ctx: CycleContext, candidates: Candidates, members: Sequence[Unit], giving: Any
+    ) -> None:
+        self.ctx, self.candidates, self.giving = ctx, candidates, giving
+        self.units = candidates.units
+        self.task_node, self.task_unit, self.task_demand, self.unit_queue = candidates.arrays()
+        index = candidates.index
+        self.members = np.array([index[id(u)] for u in members], dtype=np.int64)
+        self.live = np.zeros(len(self.units), dtype=bool)
+        self.live[self.members] = [u.live() for u in members]
+
+    def on_node(self, node: int) -> list[Unit]:
+        live, units = self.live, self.units
+        return [units[i] for i in self.candidates.on_node(node) if live[i]]
+
+    def gone(self, evicted: Sequence[Unit]) -> None:
+        for u in evicted:
+            self.live[self.candidates.index[id(u)]] = False
+
+    def ranks(self) -> np.ndarray:
+        """Each unit's place in the order victims are taken now: victim order, or, with
+        a giving order, queue by queue as the queues stand now and victim order inside."""
+        order = np.arange(len(self.units), dtype=np.int64)
+        if self.giving is None or not len(self.members):
+            return order
+        positions = self.giving.positions(self.unit_queue[self.members].tolist())
+        place = np.zeros(len(self.ctx.state.tree), dtype=np.int64)
+        for q, i in positions.items():
+            place[q] = i
+        result: np.ndarray = place[self.unit_queue] * len(self.units) + order
+        return result
+
+    def nodes_worth_freeing(self, task: Task, mask: np.ndarray) -> np.ndarray:
+        """Nodes where evicting live victims could make room: least missing room first;
+        for a spreading job, then the node holding the fewest of its tasks (the spread
+        stays as even as allocate would make it); then the node whose victims come first
+        in victim order (as a global youngest-first search would take them); node order."""
+        nodes = self.ctx.state.nodes
+        n = len(nodes)
+        alive = self.live[self.task_unit]
+        if not alive.any():  # nothing left to take: no node is worth freeing (and no pass over them)
+            return np.empty(0, dtype=np.intp)
+        where = self.task_node[alive]
+        freeable = np.zeros_like(nodes.idle)
+        np.add.at(freeable, where, self.task_demand[alive])
+        none = np.iinfo(np.int64).max
+        first = np.full(n, none, dtype=np.int64)
+        np.minimum.at(first, where, self.ranks()[self.task_unit[alive]])
+        room = nodes.idle + nodes.releasing
+        ok = mask & (first < none)
+        for c in np.flatnonzero(task.demand):
+            ok &= room[:, c] + freeable[:, c] >= task.demand[c] - EPS
+        col = 0 if (task.demand[0] > 0 or task.fraction_request) else 1
+        candidates = np.flatnonzero(ok)
+        missing = np.maximum(0.0, task.demand[col] - room[candidates, col])
+        keys = [candidates, first[candidates]]
+        if task.job.info.spread:
+            held = self.ctx.placer.own_counts(task.job)
+            keys.append(np.array([held.get(n, 0) for n in candidates.tolist()], dtype=np.int64))
+        order = np.lexsort((*keys, missing))
+        return candidates[order]
+
+    def may_fit(self, tasks: Sequence[Task], ever: Callable[[Unit], bool]) -> bool:
+        """False when the tasks fit nowhere even with every live member that `ever` takes
+        gone: their room counted free on each node the job may use, as many tasks per
+        node as that room holds. `ever` must accept every unit the search may take at any
+        point (reclaim's eligibility as the search begins: a side it refuses gives no
+        victim, so its standing, which is all the verdict reads, does not move). Tasks
+        that share a device's fraction are not bounded here (True)."""
+        if any(t.fraction_request for t in tasks):
+            return True
+        takes = np.zeros(len(self.units), dtype=bool)
+        units = self.units
+        for i in self.members[self.live[self.members]].tolist():
+            takes[i] = ever(units[i])
+        nodes = self.ctx.state.nodes
+        room = nodes.idle + nodes.releasing
+        taken = takes[self.task_unit]
+        np.add.at(room, self.task_node[taken], self.task_demand[taken])
+        room = (room + EPS) * (1 + _SLACK)
+        job = tasks[0].job
+        placer = self.ctx.placer
+        mask = placer.job_mask(job)
+        first = tasks[0].demand
+        if not job.per_task and all(t.demand is first for t in tasks):
+            return _places(room[mask], first) >= len(tasks)
+        return all(_places(room[placer.task_mask(t, mask)], t.demand) >= 1 for t in tasks)
+
+
+def _places(room: FloatArray, demand: FloatArray) -> int:
+    """How many tasks asking `demand` the rows of `room` hold in all."""
+    cols = np.flatnonzero(demand)
+    if not len(cols):
+        return np.iinfo(np.int64).max
+    per_node = np.floor(room[:, cols] / demand[cols]).min(axis=1)
+    return int(np.maximum(per_node, 0).sum())  # an overcommitted node holds none, not fewer

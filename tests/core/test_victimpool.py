@@ -1,0 +1,159 @@
+"""The victim pool's shortcuts (core/victimpool.py) change no decision: the bound that
+ends a hopeless search before it evicts, and the candidates shared between searches and
+actions. Each is checked against a cycle without it: the bound never refusing, and the
+candidates built afresh for every search."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kai_ray.core import DEFAULT_ACTIONS, UNLIMITED, QueueInfo, SchedulerConfig, run_cycle, victimpool
+from kai_ray.core.model import Evict
+from kai_ray.core.statement import Statement
+from kai_ray.core.victimpool import VictimPool, shared_candidates
+from tests.core.test_incremental import World, node, ops
+
+
+@contextmanager
+def without_shortcuts(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every search runs in full, over candidates built for it."""
+    with monkeypatch.context() as m:
+        m.setattr(VictimPool, "may_fit", lambda self, tasks, ever: True)
+        m.setattr(victimpool, "shared_candidates", _fresh_build)
+        yield
+
+
+def _fresh_build(ctx: Any) -> Any:
+    ctx.victims = None  # nothing kept: built for this search
+    return shared_candidates(ctx)
+
+
+def count_evictions(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many times any search evicts a task, kept or rolled back."""
+    calls = [0]
+    evict = Statement.evict
+
+    def counted(self: Statement, *args: Any) -> None:
+        calls[0] += 1
+        evict(self, *args)
+
+    monkeypatch.setattr(Statement, "evict", counted)
+    return calls
+
+
+def full_of_c() -> World:
+    """Two 3-GPU nodes, all held by queue c's preemptible one-GPU jobs; c deserves
+    nothing, queue a deserves the whole cluster."""
+    world = World([node(i, 3, 16.0) for i in range(2)], SchedulerConfig())
+    world.queues = [
+        QueueInfo("a", quota=(6, UNLIMITED, UNLIMITED)),
+        QueueInfo("c", quota=(0, UNLIMITED, UNLIMITED)),
+    ]
+    for _ in range(6):
+        world.apply(("submit", 0, 1, "c", 50, False, "", False, True))
+    return world
+
+
+def test_a_gang_no_eviction_could_place_is_refused_before_any_victim_is_tried(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Queue a asks for three two-GPU tasks: six GPUs, its share, but each node holds
+    one such task at most. The full search evicts on both nodes before it finds the
+    third place missing; the bound refuses it first. Both leave the same result."""
+    world = full_of_c()
+    world.apply(("submit", 1, 3, "a", 50, False, "", False, False))
+    calls = count_evictions(monkeypatch)
+    bounded = run_cycle(world.snapshot(), world.config, world.now)
+    assert calls[0] == 0
+    with without_shortcuts(monkeypatch):
+        full = run_cycle(world.snapshot(), world.config, world.now)
+    assert calls[0] > 0
+    assert bounded == full
+    assert not any(isinstance(d, Evict) for d in full.decisions)
+
+
+def test_a_gang_that_fits_once_victims_leave_is_not_refused() -> None:
+    """Two two-GPU tasks, one per node: the bound lets the search run, and it takes two
+    victims on each node."""
+    world = full_of_c()
+    world.apply(("submit", 1, 2, "a", 50, False, "", False, False))
+    result = run_cycle(world.snapshot(), world.config, world.now)
+    assert sum(isinstance(d, Evict) for d in result.decisions) == 4
+
+
+def test_candidates_are_shared_while_the_same_evictions_stand(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two of reclaim's searches (two keys: preemptible and not), each evicting and
+    rolling back, then preempt: the victims are built once in the cycle."""
+    world = full_of_c()
+    world.apply(("submit", 1, 3, "a", 50, False, "", False, False))
+    world.apply(("submit", 1, 3, "a", 100, False, "", False, False))
+    builds = [0]
+    real = victimpool.victim_units
+
+    def counted(*args: Any) -> Any:
+        builds[0] += 1
+        return real(*args)
+
+    monkeypatch.setattr(victimpool, "victim_units", counted)
+    calls = count_evictions(monkeypatch)
+    monkeypatch.setattr(VictimPool, "may_fit", lambda self, tasks, ever: True)
+    result = run_cycle(world.snapshot(), world.config, world.now)
+    assert calls[0] >= 4 and not any(isinstance(d, Evict) for d in result.decisions)
+    assert builds[0] == 1
+
+
+SLOW_OK = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture]  # the patch is undone each time
+
+
+def submit(queues: list[str], running: bool) -> st.SearchStrategy[tuple[Any, ...]]:
+    """A job of whole or fractional GPUs (one to three tasks), elastic or not."""
+    return st.tuples(
+        st.just("submit"),
+        st.sampled_from([0, 0, 1, 1, 2, 4]),
+        st.integers(1, 3),
+        st.sampled_from(queues),
+        st.sampled_from([50, 50, 75, 100, 125]),
+        st.sampled_from(["", "", "elastic"]),
+        st.sampled_from(["", "", "required"]),
+        st.sampled_from([False, False, True]),
+        st.just(running),
+    )
+
+
+# Full clusters with queues over their share running, and others waiting: most cycles
+# search for victims, some succeed, many fail (the bound decides those).
+crowded = st.tuples(
+    st.lists(st.tuples(st.sampled_from([2, 3, 4, 8]), st.just(16.0), st.just(False)), min_size=2, max_size=4),
+    st.sampled_from(["binpack", "spread"]),
+    st.lists(submit(["b", "c", "c"], running=True), min_size=4, max_size=14),
+)
+later = st.one_of(submit(["a", "a", "b", "c"], running=False), ops)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=SLOW_OK)
+@given(crowded, st.lists(st.tuples(st.lists(later, max_size=4), st.booleans()), min_size=2, max_size=10))
+def test_the_shortcuts_decide_as_full_searches(
+    monkeypatch: pytest.MonkeyPatch,
+    world_spec: tuple[list[tuple[int, float, bool]], str, list[tuple[Any, ...]]],
+    steps: list[tuple[list[tuple[Any, ...]], bool]],
+) -> None:
+    shapes, placement, running = world_spec
+    nodes = [node(i, gpus, cpu, extended=ext) for i, (gpus, cpu, ext) in enumerate(shapes)]
+    world = World(nodes, SchedulerConfig(actions=DEFAULT_ACTIONS, gpu_placement=placement))
+    for op in running:
+        world.apply(op)
+    for step, carried_out in steps:
+        for op in step:
+            world.apply(op)
+        result = run_cycle(world.snapshot(), world.config, world.now)
+        with without_shortcuts(monkeypatch):
+            reference = run_cycle(world.snapshot(), world.config, world.now)
+        assert result == reference
+        if carried_out:
+            world.carry_out(result)
