@@ -62,7 +62,9 @@ class VictimSearch:
     action: str
     candidates: ActionCandidates  # the action's
     victims: Callable[[], list[Unit]]  # those of the candidates it may take, in victim order
-    eligible: Allowed  # whether a candidate may be taken, min runtime aside
+    # Whether a candidate of this queue may be taken as the queues stand, min runtime
+    # aside (reclaim: the two sides' standings); None: any may.
+    eligible_queue: Callable[[int], bool] | None
     min_runtime: Callable[[Unit], float]  # how long a candidate is protected after it started
     evict_reason: EvictReason
     giving: GivingOrder | None = None  # between queues: the order queues give victims in
@@ -70,6 +72,9 @@ class VictimSearch:
     # What the search decides from the queues' standings about these candidates (a search
     # that found no room with the same verdicts finds none again): none by default.
     verdicts: Callable[[list[Unit]], tuple[object, ...]] = lambda units: ()
+
+    def eligible(self, u: Unit) -> bool:
+        return self.eligible_queue is None or self.eligible_queue(u.job.queue)
 
 
 def make_room(
@@ -157,8 +162,8 @@ def _attempt(
     if over_before and not _may_shed(ctx, job, amount, victims, allowed):
         return _REFUSED
     start = ctx.stmt.checkpoint()
-    action, reason, giving = search.action, search.evict_reason, search.giving
-    if not free_room_for(ctx, gang, victims, allowed, action, reason, giving, candidates, search.eligible):
+    action, reason, giving, ever = search.action, search.evict_reason, search.giving, search.eligible_queue
+    if not free_room_for(ctx, gang, victims, allowed, action, reason, giving, candidates, ever):
         return _NO_ROOM
     if (over_before and not _shed(ctx, job, amount, victims, allowed, search)) or not search.holds():
         ctx.stmt.rollback(start)
@@ -281,7 +286,7 @@ def _preempt_search(ctx: CycleContext, job: Job, candidates: ActionCandidates) -
         action="preempt",
         candidates=candidates,
         victims=lambda: [u for u in candidates.get().units if may_preempt(job, u.job)],
-        eligible=lambda u: True,
+        eligible_queue=None,
         min_runtime=lambda u: tree.preempt_min_runtime[u.job.queue],
         evict_reason=lambda u: reason,
     )
@@ -360,12 +365,12 @@ def _reclaim_search(
     # search): kept per side with the figures it was made on.
     verdicts: dict[int, tuple[list[float], bool]] = {}
 
-    def eligible(u: Unit) -> bool:
-        side = sides.get(u.job.queue)
+    def eligible(victim_queue: int) -> bool:
+        side = sides.get(victim_queue)
         if side is None:
-            theirs_q = u.job.queue
-            lca = tree.lowest_common_ancestor(job.queue, theirs_q)
-            side = sides[theirs_q] = (tree.child_toward(lca, job.queue), tree.child_toward(lca, theirs_q))
+            lca = tree.lowest_common_ancestor(job.queue, victim_queue)
+            mine_side, their_side = tree.child_toward(lca, job.queue), tree.child_toward(lca, victim_queue)
+            side = sides[victim_queue] = (mine_side, their_side)
         mine, theirs = side
         row = state.usage.allocated[theirs]
         known = verdicts.get(theirs)
@@ -388,13 +393,13 @@ def _reclaim_search(
         action="reclaim",
         candidates=candidates,
         victims=lambda: [u for u in candidates.get().units if policy.may_reclaim_from(job, u.job)],
-        eligible=eligible,
+        eligible_queue=eligible,
         min_runtime=lambda u: tree.reclaim_min_runtime_for(job.queue, u.job.queue),
         evict_reason=lambda u: reason(),
         giving=giving,
         holds=lambda: policy.reclaim_keeps_bounds(state, shares, job),
         verdicts=lambda units: (
-            tuple(eligible(u) for u in units),
+            tuple(eligible(u.job.queue) for u in units),
             giving.signature([u.job.queue for u in units]),
         ),
     )

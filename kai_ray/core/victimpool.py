@@ -70,6 +70,7 @@ class Candidates:
         self.width = width
         self._arrays: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
         self._by_node: dict[int, list[int]] = {}
+        self._live: tuple[int, np.ndarray] | None = None
         self.index = {id(u): i for i, u in enumerate(units)}
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -90,6 +91,15 @@ class Candidates:
                 np.array([u.job.queue for u in self.units], dtype=np.int64),
             )
         return self._arrays
+
+    def live(self, mark: int) -> np.ndarray:
+        """Which units run whole (Unit.live) while the evictions named by `mark` stand
+        (Statement.running_mark). Read-only."""
+        if self._live is None or self._live[0] != mark:
+            live = np.array([u.live() for u in self.units], dtype=bool)
+            live.setflags(write=False)
+            self._live = (mark, live)
+        return self._live[1]
 
     def on_node(self, node: int) -> list[int]:
         """The units with a task on the node, in victim order."""
@@ -138,7 +148,7 @@ class VictimPool:
         index = candidates.index
         self.members = np.array([index[id(u)] for u in members], dtype=np.int64)
         self.live = np.zeros(len(self.units), dtype=bool)
-        self.live[self.members] = [u.live() for u in members]
+        self.live[self.members] = candidates.live(ctx.stmt.running_mark)[self.members]
 
     def on_node(self, node: int) -> list[Unit]:
         live, units = self.live, self.units
@@ -191,19 +201,22 @@ class VictimPool:
         order = np.lexsort((*keys, missing))
         return candidates[order]
 
-    def may_fit(self, tasks: Sequence[Task], ever: Callable[[Unit], bool]) -> bool:
-        """False when the tasks fit nowhere even with every live member that `ever` takes
-        gone: their room counted free on each node the job may use, as many tasks per
-        node as that room holds. `ever` must accept every unit the search may take at any
-        point (reclaim's eligibility as the search begins: a side it refuses gives no
-        victim, so its standing, which is all the verdict reads, does not move). Tasks
-        that share a device's fraction are not bounded here (True)."""
+    def may_fit(self, tasks: Sequence[Task], ever: Callable[[int], bool] | None) -> bool:
+        """False when the tasks fit nowhere even with every live member that `ever`
+        takes (by its queue; None: every one) gone: their room counted free on each node
+        the job may use, as many tasks per node as that room holds. `ever` must accept
+        every unit the search may take at any point (reclaim's eligibility as the search
+        begins: a side it refuses gives no victim, so its standing, which is all the
+        verdict reads, does not move). Tasks that share a device's fraction are not
+        bounded here (True)."""
         if any(t.fraction_request for t in tasks):
             return True
-        takes = np.zeros(len(self.units), dtype=bool)
-        units = self.units
-        for i in self.members[self.live[self.members]].tolist():
-            takes[i] = ever(units[i])
+        takes = self.live.copy()
+        if ever is not None:
+            queues = self.unit_queue[takes]
+            refused = [q for q in np.unique(queues).tolist() if not ever(q)]
+            if refused:
+                takes[np.flatnonzero(takes)[np.isin(queues, refused)]] = False
         nodes = self.ctx.state.nodes
         room = nodes.idle + nodes.releasing
         taken = takes[self.task_unit]

@@ -141,18 +141,18 @@ def free_room_for(
     reason: EvictReason,
     giving: GivingOrder | None = None,
     candidates: Candidates | None = None,
-    ever: Allowed | None = None,
+    ever: Callable[[int], bool] | None = None,
 ) -> bool:
     """Place every task, evicting from `units` (in victim order; between queues in
     `giving` order) where needed; all or nothing. `candidates`: the action's, which
-    `units` are some of (else built for them). `ever`: a test every unit the search
-    may take passes at any point (a superset of `allowed`): with it, a search that
-    cannot succeed even with all those gone ends at once (VictimPool.may_fit)."""
+    `units` are some of (else built for them). `ever`: by the victim's queue, whether
+    the search may take it at any point (a superset of `allowed`; None: any): a search
+    that cannot succeed even with all those gone ends at once (VictimPool.may_fit)."""
     job = tasks[0].job
     if candidates is None:
         candidates = Candidates(list(units), ctx.state.nodes.idle.shape[1])
     pool = VictimPool(ctx, candidates, units, giving)
-    if ever is not None and not pool.may_fit(tasks, ever):
+    if not pool.may_fit(tasks, ever):
         return False
     start = ctx.stmt.checkpoint()
     for task in tasks:
