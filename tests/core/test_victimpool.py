@@ -157,3 +157,21 @@ def test_the_shortcuts_decide_as_full_searches(
         assert result == reference
         if carried_out:
             world.carry_out(result)
+
+
+def test_a_search_after_a_success_sees_that_success_s_victims_gone() -> None:
+    """Queue c runs four one-GPU jobs on two 2-GPU nodes; youngest first, they are
+    j4 (n0), j3 (n1), j2 (n0), j1 (n1). Queue a reclaims for two one-GPU jobs: the first
+    takes j4 on n0. For the second, n0's first victim is now j2, behind n1's j3: j3 goes.
+    A pool that still counted j4 running would put n0 first and take j2."""
+    world = World([node(i, 2, 16.0) for i in range(2)], SchedulerConfig())
+    world.queues = [
+        QueueInfo("a", quota=(4, UNLIMITED, UNLIMITED)),
+        QueueInfo("c", quota=(0, UNLIMITED, UNLIMITED)),
+    ]
+    for _ in range(4):
+        world.apply(("submit", 0, 1, "c", 50, False, "", False, True))
+    for _ in range(2):
+        world.apply(("submit", 0, 1, "a", 50, False, "", False, False))
+    result = run_cycle(world.snapshot(), world.config, world.now)
+    assert {d.job for d in result.decisions if isinstance(d, Evict)} == {"j4", "j3"}
