@@ -34,7 +34,7 @@ from kai_ray.core.preemptiondelay import HeldBack
 from kai_ray.core.reasons import unmet_affinity
 from kai_ray.core.settling import each_waiting_gang
 from kai_ray.core.subgroups import short_words
-from kai_ray.core.victimpool import ActionCandidates, Candidates
+from kai_ray.core.victimpool import ActionCandidates
 from kai_ray.core.victims import (
     Allowed,
     EvictReason,
@@ -95,7 +95,6 @@ def make_room(
     if held.known(key) and (waits := held.waits(job)) is not None:
         ctx.stmt.set_reason(job.name, waits)  # a look-alike's search would evict: this one's too
         return False
-    candidates = search.candidates.get()
     victims = search.victims()
     protected: list[Unit] = []  # candidates that only their min runtime kept
 
@@ -108,7 +107,7 @@ def make_room(
         return True
 
     start, evictions = ctx.stmt.checkpoint(), ctx.stmt.evictions
-    outcome = _attempt(ctx, job, gang, (candidates, victims), search, allowed)
+    outcome = _attempt(ctx, job, gang, victims, search, allowed)
     if outcome is _PLACED:
         waits = held.waits(job) if ctx.stmt.evictions > evictions else None
         if waits is not None:  # it would evict, but waits for new nodes first
@@ -119,7 +118,7 @@ def make_room(
         failed.clear()  # room moved: an earlier failure may succeed now
         return True
     if protected:  # time may lift the protection: this failure is this cycle's alone
-        reason = _min_runtime_blocks(ctx, job, gang, (candidates, victims), search)
+        reason = _min_runtime_blocks(ctx, job, gang, victims, search)
         failed.add(key, reason)
     else:
         reason = None
@@ -146,24 +145,25 @@ def _say(ctx: CycleContext, job: Job, reason: Reason | None) -> None:
 
 
 _PLACED, _NO_ROOM, _REFUSED = "placed", "no room", "refused"  # how an attempt ended
-_Pool = tuple[Candidates, list[Unit]]  # a search's candidates, and its victims among them
 
 
 def _attempt(
-    ctx: CycleContext, job: Job, gang: list[Task], pool: _Pool, search: VictimSearch, allowed: Allowed
+    ctx: CycleContext, job: Job, gang: list[Task], victims: list[Unit], search: VictimSearch, allowed: Allowed
 ) -> str:
     """One try: room for the gang (victims where it lacks room), then the queue limits
     with the victims gone, then the search's own rule. Rolled back unless all hold.
     _NO_ROOM: the gang found no room, whatever the queues' standings (which only decide
     between _PLACED and _REFUSED once it has room)."""
-    candidates, victims = pool
     amount = ctx.amount(gang)
     over_before = capacity_problem(ctx.state, ctx.shares, job, amount) is not None
     if over_before and not _may_shed(ctx, job, amount, victims, allowed):
         return _REFUSED
     start = ctx.stmt.checkpoint()
-    action, reason, giving, ever = search.action, search.evict_reason, search.giving, search.eligible_queue
-    if not free_room_for(ctx, gang, victims, allowed, action, reason, giving, candidates, ever):
+    # `victims` are some of the action's candidates (search.victims took them from there).
+    candidates, ever = search.candidates.get(), search.eligible_queue
+    if not free_room_for(
+        ctx, gang, victims, allowed, search.action, search.evict_reason, search.giving, candidates, ever
+    ):
         return _NO_ROOM
     if (over_before and not _shed(ctx, job, amount, victims, allowed, search)) or not search.holds():
         ctx.stmt.rollback(start)
@@ -234,13 +234,13 @@ def _helps(over: list[int], ancestors: tuple[tuple[int, ...], ...], allowed: All
 
 
 def _min_runtime_blocks(
-    ctx: CycleContext, job: Job, gang: list[Task], pool: _Pool, search: VictimSearch
+    ctx: CycleContext, job: Job, gang: list[Task], victims: list[Unit], search: VictimSearch
 ) -> Reason | None:
     """When the search would succeed if min runtime protected nothing, that is what
     blocks the job: say so, and when the last victim it needs may be taken."""
-    live_before = [u for u in pool[1] if u.live()]
+    live_before = [u for u in victims if u.live()]
     start = ctx.stmt.checkpoint()
-    if _attempt(ctx, job, gang, pool, search, search.eligible) is not _PLACED:
+    if _attempt(ctx, job, gang, victims, search, search.eligible) is not _PLACED:
         return None
     protects, now = ctx.policy.min_runtime_protects, ctx.now
     needed = [u for u in live_before if not u.live() and protects(u, search.min_runtime(u), now)]
@@ -363,7 +363,7 @@ def _reclaim_search(
     sides: dict[int, tuple[int, int]] = {}  # a victim's queue: (my side, their side)
     # A side's verdict reads its allocated figures alone (the rest is fixed for the
     # search): kept per side with the figures it was made on.
-    verdicts: dict[int, tuple[list[float], bool]] = {}
+    side_verdicts: dict[int, tuple[list[float], bool]] = {}
 
     def eligible(victim_queue: int) -> bool:
         side = sides.get(victim_queue)
@@ -373,11 +373,11 @@ def _reclaim_search(
             side = sides[victim_queue] = (mine_side, their_side)
         mine, theirs = side
         row = state.usage.allocated[theirs]
-        known = verdicts.get(theirs)
+        known = side_verdicts.get(theirs)
         if known is not None and known[0] == row:
             return known[1]
         verdict = _may_take(ctx, mine, theirs, mine_before[mine] + amount)
-        verdicts[theirs] = (list(row), verdict)
+        side_verdicts[theirs] = (list(row), verdict)
         return verdict
 
     q = job.queue

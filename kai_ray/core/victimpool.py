@@ -28,8 +28,9 @@ from kai_ray.core.cluster import EPS, FloatArray, Job, Task
 from kai_ray.core.hooks import Unit
 from kai_ray.core.model import TaskStatus
 
-if TYPE_CHECKING:  # the context holds the shared candidates
+if TYPE_CHECKING:  # the context holds the shared candidates; victims.py holds the pools
     from kai_ray.core.context import CycleContext
+    from kai_ray.core.victims import GivingOrder
 
 __all__ = ["ActionCandidates", "Candidates", "VictimPool", "victim_units"]
 
@@ -140,7 +141,7 @@ class VictimPool:
     every victim."""
 
     def __init__(
-        self, ctx: CycleContext, candidates: Candidates, members: Sequence[Unit], giving: Any
+        self, ctx: CycleContext, candidates: Candidates, members: Sequence[Unit], giving: GivingOrder | None
     ) -> None:
         self.ctx, self.candidates, self.giving = ctx, candidates, giving
         self.units = candidates.units

@@ -139,18 +139,16 @@ def free_room_for(
     allowed: Allowed,
     action: str,
     reason: EvictReason,
-    giving: GivingOrder | None = None,
-    candidates: Candidates | None = None,
+    giving: GivingOrder | None,
+    candidates: Candidates,
     ever: Callable[[int], bool] | None = None,
 ) -> bool:
     """Place every task, evicting from `units` (in victim order; between queues in
     `giving` order) where needed; all or nothing. `candidates`: the action's, which
-    `units` are some of (else built for them). `ever`: by the victim's queue, whether
+    `units` are some of. `ever`: by the victim's queue, whether
     the search may take it at any point (a superset of `allowed`; None: any): a search
     that cannot succeed even with all those gone ends at once (VictimPool.may_fit)."""
     job = tasks[0].job
-    if candidates is None:
-        candidates = Candidates(list(units), ctx.state.nodes.idle.shape[1])
     pool = VictimPool(ctx, candidates, units, giving)
     if not pool.may_fit(tasks, ever):
         return False

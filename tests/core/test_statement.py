@@ -17,6 +17,7 @@ from kai_ray.core.placement import Placer
 from kai_ray.core.policy import victim_order_key
 from kai_ray.core.queues import build_queue_tree
 from kai_ray.core.statement import Statement
+from kai_ray.core.victimpool import Candidates
 from kai_ray.core.victims import free_room_for, victim_units
 
 from .builders import ClusterBuilder
@@ -124,8 +125,8 @@ def test_a_failed_victim_search_leaves_no_trace() -> None:
     ctx = _context(builder)
     before = _fingerprint(ctx.state)
     gang = ctx.state.job_index["gang"]
-    units = victim_units([j for j in ctx.state.jobs if j.info.preemptible], victim_order_key)
-    ok = free_room_for(ctx, gang.tasks, units, lambda u: True, "preempt", lambda u: "test")
+    pool = _preemptible(ctx)
+    ok = free_room_for(ctx, gang.tasks, pool.units, lambda u: True, "preempt", lambda u: "test", None, pool)
     assert ok is False
     assert _fingerprint(ctx.state) == before
 
@@ -146,8 +147,8 @@ def test_a_successful_victim_search_evicts_only_what_is_needed() -> None:
     )
     ctx = _context(builder)
     build = ctx.state.job_index["build"]
-    units = victim_units([j for j in ctx.state.jobs if j.info.preemptible], victim_order_key)
-    assert free_room_for(ctx, build.tasks, units, lambda u: True, "preempt", lambda u: "r")
+    pool = _preemptible(ctx)
+    assert free_room_for(ctx, build.tasks, pool.units, lambda u: True, "preempt", lambda u: "r", None, pool)
     evicted = {j.name for j in ctx.state.jobs for t in j.tasks if t.status is TaskStatus.RELEASING}
     assert evicted == {"whole"}
     assert build.tasks[0].status is TaskStatus.PIPELINED
@@ -192,3 +193,9 @@ def test_a_reason_set_or_cleared_after_a_checkpoint_is_undone_by_rollback() -> N
     made: list[str] = []
     stmt.default_reason("gang", lambda: made.append("made") or Reason("fair-share", "ignored"))
     assert stmt.reasons == {"gang": room} and made == []  # an earlier reason stands, nothing made
+
+
+def _preemptible(ctx: CycleContext) -> Candidates:
+    """Every preemptible job's units, in victim order: the candidates of a search."""
+    units = victim_units([j for j in ctx.state.jobs if j.info.preemptible], victim_order_key)
+    return Candidates(units, ctx.state.nodes.idle.shape[1])

@@ -47,15 +47,16 @@ def count_evictions(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
-def full_of_c() -> World:
-    """Two 3-GPU nodes, all held by queue c's preemptible one-GPU jobs; c deserves
-    nothing, queue a deserves the whole cluster."""
-    world = World([node(i, 3, 16.0) for i in range(2)], SchedulerConfig())
+def full_of_c(gpus_per_node: int = 3) -> World:
+    """Two nodes, all held by queue c's preemptible one-GPU jobs (submitted to n1, n0,
+    n1, ... in turn); c deserves nothing, queue a deserves the whole cluster."""
+    world = World([node(i, gpus_per_node, 16.0) for i in range(2)], SchedulerConfig())
+    gpus = 2 * gpus_per_node
     world.queues = [
-        QueueInfo("a", quota=(6, UNLIMITED, UNLIMITED)),
+        QueueInfo("a", quota=(gpus, UNLIMITED, UNLIMITED)),
         QueueInfo("c", quota=(0, UNLIMITED, UNLIMITED)),
     ]
-    for _ in range(6):
+    for _ in range(gpus):
         world.apply(("submit", 0, 1, "c", 50, False, "", False, True))
     return world
 
@@ -164,13 +165,7 @@ def test_a_search_after_a_success_sees_that_success_s_victims_gone() -> None:
     j4 (n0), j3 (n1), j2 (n0), j1 (n1). Queue a reclaims for two one-GPU jobs: the first
     takes j4 on n0. For the second, n0's first victim is now j2, behind n1's j3: j3 goes.
     A pool that still counted j4 running would put n0 first and take j2."""
-    world = World([node(i, 2, 16.0) for i in range(2)], SchedulerConfig())
-    world.queues = [
-        QueueInfo("a", quota=(4, UNLIMITED, UNLIMITED)),
-        QueueInfo("c", quota=(0, UNLIMITED, UNLIMITED)),
-    ]
-    for _ in range(4):
-        world.apply(("submit", 0, 1, "c", 50, False, "", False, True))
+    world = full_of_c(gpus_per_node=2)
     for _ in range(2):
         world.apply(("submit", 0, 1, "a", 50, False, "", False, False))
     result = run_cycle(world.snapshot(), world.config, world.now)
