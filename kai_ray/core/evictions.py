@@ -270,7 +270,9 @@ def preempt(ctx: CycleContext) -> None:
         ctx.stmt.default_reason(job.name, functools.partial(_no_lower_priority, ctx, job))
         make_room(ctx, job, _preempt_search(ctx, job, candidates), failed, held)
 
-    each_waiting_gang(ctx, "preempt", failed, step, _no_reason_of_its_own(failed), ctx.policy.may_preempt)
+    each_waiting_gang(
+        ctx, "preempt", failed, step, _no_reason_of_its_own(failed), ctx.policy.may_preempt, redoable=True
+    )
 
 
 def _no_lower_priority(ctx: CycleContext, job: Job) -> Reason:
@@ -315,6 +317,7 @@ def reclaim(ctx: CycleContext) -> None:
         _no_reason_of_its_own(failed),
         ctx.policy.may_reclaim_from,
         verdicts,
+        redoable=True,  # make_room: Statement operations, then failed.clear()
     )
 
 

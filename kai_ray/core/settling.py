@@ -36,6 +36,7 @@ def each_waiting_gang(
     quiet: Callable[[FailureKey], bool] | None = None,
     takes_from: Callable[[Job, Job], bool] | None = None,
     verdicts: Callable[[Job], tuple[object, ...]] | None = None,
+    redoable: bool = False,
 ) -> None:
     """`step` for each job whose gang is incomplete, in queue order; once every job left
     is sure to fail (its step can change nothing but its reason), for the rest as they
@@ -46,11 +47,13 @@ def each_waiting_gang(
     a step per job per cycle. `takes_from(job, victim)`: the action's filter of
     candidate victims, and `verdicts(job)` what its search decides from the standings
     about them (VictimSearch.verdicts; None: nothing): for failures kept between cycles.
+    `redoable`: a step that moves room does so by Statement operations and one
+    `failed.clear()` alone, so that one found and taken back may be made again.
 
     With a cycle cache (ctx.kept), the line and the failures come from it
     (incremental/gangs.py); this walk is the reference it is checked against."""
     if ctx.kept is not None and failed.enabled:
-        ctx.kept.each_waiting_gang(ctx, action, failed, step, quiet, takes_from, verdicts)
+        ctx.kept.each_waiting_gang(ctx, action, failed, step, quiet, takes_from, verdicts, redoable)
         return
     order = ctx.waiting_gangs()
     sure = SureToFail(order.remaining(), failed, action) if failed.enabled else None
@@ -79,10 +82,13 @@ def walk(
         if sure is None:
             order.done(job)
             continue
+        key = sure.key_of(job)
         sure.tried(job)
         if same_rank is not None and sure.failed.clears == clears:  # nothing moved: ranks stand
             for other in order.take_run(
-                job, functools.partial(_changes_nothing, sure, quiet, reasons), same_rank
+                job,
+                functools.partial(_changes_nothing, sure, quiet, reasons),
+                functools.partial(_same_key_or_rank, sure, key, same_rank),
             ):
                 sure.tried(other)
         order.done(job)
@@ -131,6 +137,16 @@ def _changes_nothing(
     if key is None or quiet is None or not sure.failed.known(key):
         return False
     return quiet(key) and job.name in reasons
+
+
+def _same_key_or_rank(
+    sure: SureToFail, key: FailureKey | None, same_rank: Callable[[Job, Job], bool], a: Job, b: Job
+) -> bool:
+    """Whether a queue ranks the same with either job next (`key`: a's search key, as it
+    was in line): surely so when they share a search key (a keyed job's next step asks
+    its missing tasks, and the key holds their requests and number), else as
+    `same_rank` says."""
+    return (key is not None and key == sure.key_of(b)) or same_rank(a, b)
 
 
 def settle(

@@ -11,15 +11,19 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from kai_ray.core.cluster import EPS, ClusterState, Device, Job, Task
 from kai_ray.core.model import Reason, TaskStatus
 
-__all__ = ["Statement"]
+__all__ = ["Ops", "Statement"]
 
 Undo = Callable[[], None]
+# Operations as made: (method name, arguments), to make again on the same state (redo).
+Ops = list[tuple[str, tuple[Any, ...]]]
+_Logged = list[tuple[int, str, tuple[Any, ...]]]  # each with the undo steps before it
 
 
 class Statement:
@@ -34,7 +38,11 @@ class Statement:
         # One number per standing eviction, in order; undo takes the last off, so the
         # top names the set that stands: equal tops, the same tasks running.
         self._evicted_marks: list[int] = []
+        # The same for every change of a task or a node (placements too): equal tops, the
+        # same state (reasons aside).
+        self._state_marks: list[int] = []
         self._marks = 0
+        self._log: _Logged | None = None  # while recording: the operations that stand
         self.reasons: dict[str, Reason] = {}  # job -> why it still waits
         # What the cycle changed: nodes placed on or evicted from, and their jobs.
         self.touched_nodes: set[int] = set()
@@ -46,6 +54,39 @@ class Statement:
         is the only way a task stops running inside a cycle; victimpool.py)."""
         return self._evicted_marks[-1] if self._evicted_marks else 0
 
+    @property
+    def state_mark(self) -> int:
+        """Names the changes that stand: equal marks, the same state, reasons aside (every
+        change of a task, a node or a queue's usage inside a cycle is made here)."""
+        return self._state_marks[-1] if self._state_marks else 0
+
+    def _changed(self) -> None:
+        self._marks += 1
+        self._state_marks.append(self._marks)
+
+    def _unchanged(self) -> None:
+        self._state_marks.pop()
+
+    # ------------------------------------------------------------ recording
+
+    def recorded(self, do: Callable[[], object]) -> Ops:
+        """Run `do` and return the operations it made, in order: made again (redo) on the
+        state it started from, with the same reasons for the jobs they name, they leave
+        exactly what `do` left. Not nested."""
+        assert self._log is None, "one recording at a time"
+        log: _Logged = []
+        self._log = log
+        try:
+            do()
+        finally:
+            self._log = None
+        return [(name, args) for _, name, args in log]
+
+    def redo(self, ops: Ops) -> None:
+        """Make recorded operations again (see recorded)."""
+        for name, args in ops:
+            getattr(self, name)(*args)
+
     # ------------------------------------------------------------ transactions
 
     def checkpoint(self) -> int:
@@ -54,9 +95,13 @@ class Statement:
     def rollback(self, checkpoint: int) -> None:
         while len(self._undo) > checkpoint:
             self._undo.pop()()
+        log = self._log
+        while log and log[-1][0] >= checkpoint:  # taken back: not made again by a redo
+            log.pop()
 
     def commit(self) -> None:
         """Keep everything done so far: no rollback can reach behind this point."""
+        assert self._log is None, "a recording ends before a commit"
         if self._committed is not None:
             self._committed.extend(self._undo)
         self._undo.clear()
@@ -75,6 +120,8 @@ class Statement:
     def set_reason(self, job: str, reason: Reason) -> None:
         """Say why the job waits. Undoable like a placement, so a search that fails and
         rolls back leaves the reason as it was before the search."""
+        if self._log is not None:
+            self._log.append((len(self._undo), "set_reason", (job, reason)))
         previous = self.reasons.get(job)
         if previous is reason:
             return
@@ -85,6 +132,8 @@ class Statement:
         """set_reason for many jobs, with one undo step for them all: the reasons as they
         were before (undo steps run last-in first-out, so everything said after this is
         taken back by then, and the whole dict can go back as it was)."""
+        if self._log is not None:
+            self._log.append((len(self._undo), "set_reasons", (said,)))
         if not said:
             return
         reasons = self.reasons
@@ -104,6 +153,8 @@ class Statement:
 
     def clear_reason(self, job: str) -> None:
         """The job no longer waits (its last pending task was placed)."""
+        if self._log is not None:
+            self._log.append((len(self._undo), "clear_reason", (job,)))
         previous = self.reasons.pop(job, None)
         if previous is not None:
             self._undo.append(functools.partial(self._restore_reason, job, previous))
@@ -118,6 +169,8 @@ class Statement:
 
     def place(self, task: Task, node: int, device: int, pipelined: bool, action: str) -> None:
         """Put a pending (or just-evicted) task on `node`; `device` only for fractions."""
+        if self._log is not None:
+            self._log.append((len(self._undo), "place", (task, node, device, pipelined, action)))
         nodes, d = self.state.nodes, task.demand
         self.touched_nodes.add(node)
         self.touched_jobs.add(task.job)
@@ -140,8 +193,10 @@ class Statement:
         was_pending = previous[0] is TaskStatus.PENDING
         job.pending_count -= was_pending
         self.pipelined += pipelined
+        self._changed()
 
         def undo() -> None:
+            self._state_marks.pop()
             job.active_count -= 1
             job.pending_count += was_pending
             self.pipelined -= pipelined
@@ -158,6 +213,8 @@ class Statement:
     def place_block(self, tasks: list[Task], node: int, action: str) -> None:
         """Bind identical whole-device tasks on one node with free room for all of them:
         one update of the node and the queue instead of one per task."""
+        if self._log is not None:
+            self._log.append((len(self._undo), "place_block", (tasks, node, action)))
         nodes, job, n = self.state.nodes, tasks[0].job, len(tasks)
         self.touched_nodes.add(node)
         self.touched_jobs.add(job)
@@ -174,8 +231,10 @@ class Statement:
             t.status, t.node, t.placed_by = binding, node, action
         job.active_count += len(tasks)
         job.pending_count -= len(tasks)
+        self._changed()
 
         def undo() -> None:
+            self._state_marks.pop()
             job.active_count -= len(tasks)
             job.pending_count += len(tasks)
             for t in tasks:
@@ -188,6 +247,8 @@ class Statement:
 
     def evict(self, task: Task, action: str, reason: str) -> None:
         """Start releasing a running task: its capacity stays held until it is gone."""
+        if self._log is not None:
+            self._log.append((len(self._undo), "evict", (task, action, reason)))
         if task.status is not TaskStatus.RUNNING:
             raise ValueError(f"task {task.info.name}: only running tasks are evicted")
         nodes, node, device = self.state.nodes, task.node, task.device
@@ -208,13 +269,14 @@ class Statement:
         task.evicted_from, task.evict_reason = (node, device), (action, reason)
         job.active_count -= 1
         self.evictions += 1
-        self._marks += 1
+        self._changed()
         self._evicted_marks.append(self._marks)
 
         def undo() -> None:
             job.active_count += 1
             self.evictions -= 1
             self._evicted_marks.pop()
+            self._state_marks.pop()
             task.status = TaskStatus.RUNNING
             task.evicted_from = task.evict_reason = None
             undo_usage()
@@ -228,10 +290,16 @@ class Statement:
     def pipeline_job(self, job: Job) -> None:
         """A job with a task waiting on released capacity waits as a whole: its tasks
         bound this cycle are pipelined too."""
-        for task in job.tasks:
-            if task.status is TaskStatus.BINDING and task.placed_by:
-                task.status = TaskStatus.PIPELINED
-                self._undo.append(functools.partial(setattr, task, "status", TaskStatus.BINDING))
+        if self._log is not None:
+            self._log.append((len(self._undo), "pipeline_job", (job,)))
+        binding = [t for t in job.tasks if t.status is TaskStatus.BINDING and t.placed_by]
+        if not binding:
+            return
+        self._changed()
+        self._undo.append(self._unchanged)
+        for task in binding:
+            task.status = TaskStatus.PIPELINED
+            self._undo.append(functools.partial(setattr, task, "status", TaskStatus.BINDING))
 
     # ------------------------------------------------------------ devices
 

@@ -116,7 +116,8 @@ def shared_candidates(ctx: CycleContext) -> Candidates:
     if kept is not None and kept[0] == mark:
         return kept[1]
     policy = ctx.policy
-    jobs = [j for j in ctx.state.jobs if policy.may_be_victim(j)]
+    # A job with no active task has none running (most of a deep line): not asked.
+    jobs = [j for j in ctx.state.jobs if j.active_count and policy.may_be_victim(j)]
     candidates = Candidates(victim_units(jobs, policy.victim_order), ctx.state.nodes.idle.shape[1])
     ctx.victims = (mark, candidates)
     return candidates

@@ -154,6 +154,61 @@ def test_a_successful_victim_search_evicts_only_what_is_needed() -> None:
     assert build.tasks[0].status is TaskStatus.PIPELINED
 
 
+def test_a_recorded_search_redone_on_the_state_it_began_on_leaves_the_same() -> None:
+    from kai_ray.core import Reason
+
+    ctx = _context(_cluster())
+    stmt, gang = ctx.stmt, ctx.state.job_index["gang"]
+    stmt.set_reason("gang", Reason("no-room", "no room"))
+    before, mark, start = _fingerprint(ctx.state), stmt.state_mark, stmt.checkpoint()
+    pool = _preemptible(ctx)
+
+    def search() -> None:
+        units = pool.units
+        assert free_room_for(ctx, gang.tasks, units, lambda u: True, "preempt", lambda u: "r", None, pool)
+        stmt.clear_reason("gang")
+
+    ops = stmt.recorded(search)
+    after, reasons, mark_after = _fingerprint(ctx.state), dict(stmt.reasons), stmt.state_mark
+    assert after != before and mark_after != mark
+    stmt.rollback(start)
+    assert _fingerprint(ctx.state) == before and stmt.state_mark == mark
+    stmt.redo(ops)
+    assert _fingerprint(ctx.state) == after and stmt.reasons == reasons
+    _counts_agree(ctx.state)
+
+
+def test_a_recording_keeps_only_what_stands() -> None:
+    ctx = _context(_cluster())
+    stmt, jobs = ctx.stmt, ctx.state.job_index
+
+    def tried_then_taken_back() -> None:
+        trial = stmt.checkpoint()
+        stmt.evict(jobs["whole"].tasks[0], "preempt", "tried")
+        stmt.rollback(trial)
+        stmt.evict(jobs["frac-a"].tasks[0], "preempt", "kept")
+
+    ops = stmt.recorded(tried_then_taken_back)
+    assert ops == [("evict", (jobs["frac-a"].tasks[0], "preempt", "kept"))]
+
+
+def test_the_state_mark_names_the_changes_that_stand() -> None:
+    from kai_ray.core import Reason
+
+    ctx = _context(_cluster())
+    stmt, jobs = ctx.stmt, ctx.state.job_index
+    empty = stmt.state_mark
+    start = stmt.checkpoint()
+    stmt.place(jobs["gang"].tasks[0], 0, -1, False, "allocate")
+    placed = stmt.state_mark
+    stmt.set_reason("gang", Reason("no-room", "x"))
+    assert stmt.state_mark == placed  # a reason is no change of state
+    stmt.rollback(start)
+    assert stmt.state_mark == empty
+    stmt.place(jobs["gang"].tasks[0], 0, -1, False, "allocate")
+    assert stmt.state_mark not in (empty, placed)  # the same change again is named anew
+
+
 @pytest.mark.parametrize("pipelined", [False, True], ids=["bound", "pipelined"])
 def test_fraction_opens_and_closes_a_device(pipelined: bool) -> None:
     builder = ClusterBuilder().node("n0", gpus=1).queue("q", gpu_quota=1)

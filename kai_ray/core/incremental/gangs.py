@@ -20,6 +20,10 @@ the same decisions come from three caches:
   trial is rolled back and the line is walked in order, knowing the failures found:
   they hold until room first moves. After each job that moved room, the keys of the
   rest are searched again the same way when there are many more jobs than keys.
+- **A success found once.** Where the action allows it (`redoable`), a trial that moved
+  room is kept as the operations it made (Statement.recorded) with the state it began
+  on. When the walk steps that job on that same state, the operations are made again
+  (Statement.redo) instead of searching again: the search would find exactly them.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from kai_ray.core.incremental.outcomes import SearchOutcomes
 from kai_ray.core.incremental.waitingline import WaitingLine
 from kai_ray.core.jobqueues import JobQueues
 from kai_ray.core.settling import SureToFail, every_key_fails, settle, walk
+from kai_ray.core.statement import Ops
 
 if TYPE_CHECKING:
     from kai_ray.core.context import CycleContext
@@ -44,6 +49,7 @@ __all__ = ["KeptGangs"]
 Step = Callable[[Job], object]
 Quiet = Callable[[FailureKey], bool] | None
 
+_LOOK = 32  # how far into each queue's line the probe looks for the jobs met first
 _PROBE_WHEN = 4  # search key by key again after room moved when the line has this many jobs per key
 
 
@@ -60,6 +66,7 @@ class KeptGangs:
         quiet: Quiet,
         takes_from: Callable[[Job, Job], bool] | None,
         verdicts: Callable[[Job], tuple[object, ...]] | None,
+        redoable: bool = False,
     ) -> None:
         view = _GangView(ctx, self.line, action)
         if view.empty():
@@ -67,8 +74,13 @@ class KeptGangs:
         world = self.outcomes.world(ctx)
         keyed = {key: job for key, job in view.representatives().items() if key is not None}
         self.outcomes.seed(action, world, failed, keyed, takes_from, verdicts)
-        moves = functools.partial(_moves_room, failed, step)
-        if every_key_fails(ctx, view.representatives().items(), failed, moves, keep_found=True):
+        if redoable:
+            found = _FoundSuccesses(ctx, failed, step)
+            moves, step = found.trial, found.step
+        else:
+            moves = functools.partial(_moves_room, failed, step)
+        reps = view.probe_order() if redoable else view.representatives().items()
+        if every_key_fails(ctx, reps, failed, moves, keep_found=True):
             settle(ctx, view.incomplete(), view.groups(), failed, step, quiet)
         else:
             order, sure = view.walk(failed)
@@ -92,6 +104,32 @@ def _moves_room(failed: FailedSearches, step: Step, job: Job) -> bool:
     return failed.clears != clears
 
 
+class _FoundSuccesses:
+    """Trials that moved room, taken back, kept to be made again (see the module's doc):
+    per job, the state they began on (Statement.state_mark) and the operations made."""
+
+    def __init__(self, ctx: CycleContext, failed: FailedSearches, step: Step) -> None:
+        self.stmt, self.failed, self.inner = ctx.stmt, failed, step
+        self.found: dict[int, tuple[int, Ops]] = {}
+
+    def trial(self, job: Job) -> bool:
+        """The job's step, recorded: True when it moved room."""
+        stmt, clears, mark = self.stmt, self.failed.clears, self.stmt.state_mark
+        ops = stmt.recorded(functools.partial(self.inner, job))
+        if self.failed.clears == clears:
+            return False
+        self.found[id(job)] = (mark, ops)
+        return True
+
+    def step(self, job: Job) -> None:
+        found = self.found.pop(id(job), None)
+        if found is not None and found[0] == self.stmt.state_mark:
+            self.stmt.redo(found[1])
+            self.failed.clear()  # room moved, as the step itself says it
+        else:
+            self.inner(job)
+
+
 class _GangView:
     """The incomplete gangs waiting as an action begins: the kept line's, less the jobs
     this cycle touched (`gone`), plus those of them that wait as incomplete gangs now."""
@@ -106,6 +144,7 @@ class _GangView:
         self.back = [job for job in touched if job.pending_count and not job.is_whole()]
         self.extra = SureToFail(self.back, FailedSearches(), action)
         self._reps: dict[FailureKey | None, Job] | None = None
+        self._groups: list[tuple[FailureKey | None, dict[str, Job]]] | None = None
 
     def empty(self) -> bool:
         base = self.base
@@ -120,19 +159,51 @@ class _GangView:
                     self._reps[key] = next(iter(group.values()))
         return self._reps
 
+    def probe_order(self) -> list[tuple[FailureKey | None, Job]]:
+        """One job per key, in the order the walk would likely step them: the first of
+        its key in its queue's line (as far as the first _LOOK tell), queue by queue as
+        they would rank with their first job next; then the other keys' representatives. A success then
+        found is most often the walk's first, made again rather than searched."""
+        ctx, keys, gone, extra = self.ctx, self.base.keys, self.gone, self.extra.keys
+        ancestors, rank = ctx.state.tree.ancestors, ctx.rank
+        back: dict[int, list[tuple[object, ...]]] = {}
+        for job in self.back:
+            back.setdefault(job.queue, []).append((*ctx.policy.job_order(job), job.order, job))
+        first: dict[FailureKey | None, tuple[tuple[object, ...], Job]] = {}
+        lines = self.line.gang_lines()
+        for q in {*lines, *back}:
+            entries = [entry for entry in lines.get(q, ())[:_LOOK] if id(entry[-1]) not in gone]
+            if q in back:
+                entries = sorted([*entries, *back[q]], key=lambda entry: entry[:-1])
+            if not entries:
+                continue
+            # The queue's turn, by how it ranks with its first job next; then its line.
+            turn = tuple(rank(a, entries[0][-1]) for a in reversed(ancestors[q]))
+            for at, entry in enumerate(entries):
+                job = entry[-1]
+                key = keys.get(id(job)) if id(job) in keys else extra.get(id(job))
+                if key is not None and key not in first:  # None: not keyed, never probed
+                    first[key] = ((*turn, at), job)
+        ranked = sorted(first.items(), key=lambda item: item[1][0])
+        rest = [(key, job) for key, job in self.representatives().items() if key not in first]
+        return [(key, job) for key, (_, job) in ranked] + rest
+
     def incomplete(self) -> list[Job]:
         base = [job for i, job in self.base.incomplete.items() if i not in self.gone]
         return [*base, *self.extra.incomplete.values()]
 
     def groups(self) -> list[tuple[FailureKey | None, dict[str, Job]]]:
-        """The jobs in line by key: the kept line's (less those gone), then those back."""
-        keys = self.base.keys
-        touched = {keys[i] for i in self.gone if i in keys}
-        groups = [
-            (key, {n: j for n, j in group.items() if id(j) not in self.gone} if key in touched else group)
-            for key, group in self.base.groups.items()
-        ]
-        return [*groups, *self.extra.groups.items()]
+        """The jobs in line by key: the kept line's (less those gone), then those back.
+        Made once per view: a key of a thousand jobs is copied once, not per use."""
+        if self._groups is None:
+            keys = self.base.keys
+            touched = {keys[i] for i in self.gone if i in keys}
+            groups = [
+                (key, {n: j for n, j in group.items() if id(j) not in self.gone} if key in touched else group)
+                for key, group in self.base.groups.items()
+            ]
+            self._groups = [*groups, *self.extra.groups.items()]
+        return self._groups
 
     def walk(self, failed: FailedSearches) -> tuple[JobQueues, SureToFail]:
         """The line in queue order, and its SureToFail counting `failed`."""
