@@ -129,25 +129,26 @@ class JobQueues:
         job: Job = heapq.heappop(self.waiting[q])[-1]
         return job
 
-    def take_run(
-        self, job: Job, passes: Callable[[Job], bool], same_rank: Callable[[Job, Job], bool]
-    ) -> list[Job]:
+    def take_run(self, job: Job, joins: Callable[[Job], bool]) -> list[Job]:
         """`job` was just taken and trying it changed nothing: the jobs its queue would
         hand out next, one after another, taken at once without ranking queues again:
-        those that `passes` (trying them would change nothing either) and rank as `job`
-        ranks, while its queue ranks strictly first among its siblings at every level (a
-        tie goes to the sibling waiting longer, so it would not come next). The caller
-        then calls `done` once, with `job`. `forget` is called for each job taken."""
+        those that `joins` (trying them would change nothing either, and the queue ranks
+        with them as with `job`), while its queue ranks strictly first among its siblings
+        at every level (a tie goes to the sibling waiting longer, so it would not come
+        next). The caller then calls `done` once, with `job`. `forget` is called for each
+        job taken."""
         line = self.waiting.get(job.queue)
-        if not line or not passes(line[0][-1]) or not same_rank(job, line[0][-1]):
+        if not line or not joins(line[0][-1]):
             return []
         if not all(self._strictly_first(q) for q in self.state.tree.ancestors[job.queue]):
             return []
         taken: list[Job] = []
-        while line and passes(line[0][-1]) and same_rank(job, line[0][-1]):
-            taken.append(heapq.heappop(line)[-1])
-            if self.forget is not None:
-                self.forget(taken[-1])
+        forget = self.forget
+        while line and joins(line[0][-1]):
+            other = heapq.heappop(line)[-1]
+            taken.append(other)
+            if forget is not None:
+                forget(other)
         return taken
 
     def _strictly_first(self, q: int) -> bool:

@@ -14,7 +14,6 @@ sure. Kept in O(1) per job: counts per key, and the keys failed since the last l
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
@@ -85,12 +84,7 @@ def walk(
         key = sure.key_of(job)
         sure.tried(job)
         if same_rank is not None and sure.failed.clears == clears:  # nothing moved: ranks stand
-            for other in order.take_run(
-                job,
-                functools.partial(_changes_nothing, sure, quiet, reasons),
-                functools.partial(_same_key_or_rank, sure, key, same_rank),
-            ):
-                sure.tried(other)
+            sure.tried_all(order.take_run(job, _joins_run(sure, quiet, reasons, job, key, same_rank)))
         order.done(job)
         if sure.all_fail():
             settle(ctx, sure.incomplete.values(), sure.groups.items(), sure.failed, step, quiet)
@@ -139,14 +133,28 @@ def _changes_nothing(
     return quiet(key) and job.name in reasons
 
 
-def _same_key_or_rank(
-    sure: SureToFail, key: FailureKey | None, same_rank: Callable[[Job, Job], bool], a: Job, b: Job
-) -> bool:
-    """Whether a queue ranks the same with either job next (`key`: a's search key, as it
-    was in line): surely so when they share a search key (a keyed job's next step asks
-    its missing tasks, and the key holds their requests and number), else as
-    `same_rank` says."""
-    return (key is not None and key == sure.key_of(b)) or same_rank(a, b)
+def _joins_run(
+    sure: SureToFail,
+    quiet: Callable[[FailureKey], bool] | None,
+    reasons: Mapping[str, object],
+    job: Job,
+    key: FailureKey | None,
+    same_rank: Callable[[Job, Job], bool],
+) -> Callable[[Job], bool]:
+    """Whether a job may join the run after `job` (`key`: its search key, as it was in
+    line): its step would change nothing, and its queue ranks the same with it next.
+    Both hold at once for a job of the same key when that key's steps change nothing
+    once a job has a reason (a keyed job's next step asks its missing tasks, and the key
+    holds their requests and number): then only its reason is looked up."""
+    keys = sure.keys
+    quiet_key = key is not None and quiet is not None and sure.failed.known(key) and quiet(key)
+
+    def joins(other: Job) -> bool:
+        if quiet_key and keys.get(id(other)) == key:
+            return other.info.name in reasons
+        return _changes_nothing(sure, quiet, reasons, other) and same_rank(job, other)
+
+    return joins
 
 
 def settle(
@@ -262,6 +270,11 @@ class SureToFail:
             del groups[key]
         if not self._sure(key):
             self._unsure -= 1
+
+    def tried_all(self, jobs: Iterable[Job]) -> None:
+        """tried(job) for each of `jobs`."""
+        for job in jobs:
+            self.tried(job)
 
     def pushed_back(self, job: Job) -> None:
         self.tried(job)
