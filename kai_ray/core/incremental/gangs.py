@@ -79,7 +79,7 @@ class KeptGangs:
             moves, step = found.trial, found.step
         else:
             moves = functools.partial(_moves_room, failed, step)
-        reps = view.probe_order() if redoable else view.representatives().items()
+        reps = view.probe_order(failed) if redoable else view.representatives().items()
         if every_key_fails(ctx, reps, failed, moves, keep_found=True):
             settle(ctx, view.incomplete(), view.groups(), failed, step, quiet)
         else:
@@ -159,11 +159,15 @@ class _GangView:
                     self._reps[key] = next(iter(group.values()))
         return self._reps
 
-    def probe_order(self) -> list[tuple[FailureKey | None, Job]]:
+    def probe_order(self, failed: FailedSearches) -> list[tuple[FailureKey | None, Job]]:
         """One job per key, in the order the walk would likely step them: the first of
         its key in its queue's line (as far as the first _LOOK tell), queue by queue as
         they would rank with their first job next; then the other keys' representatives. A success then
-        found is most often the walk's first, made again rather than searched."""
+        found is most often the walk's first, made again rather than searched. Keys
+        known to fail are not probed: with one other key at most, no order is needed."""
+        reps = self.representatives()
+        if sum(key is None or not failed.known(key) for key in reps) <= 1:
+            return list(reps.items())
         ctx, keys, gone, extra = self.ctx, self.base.keys, self.gone, self.extra.keys
         ancestors, rank = ctx.state.tree.ancestors, ctx.rank
         back: dict[int, list[tuple[object, ...]]] = {}
@@ -185,7 +189,7 @@ class _GangView:
                 if key is not None and key not in first:  # None: not keyed, never probed
                     first[key] = ((*turn, at), job)
         ranked = sorted(first.items(), key=lambda item: item[1][0])
-        rest = [(key, job) for key, job in self.representatives().items() if key not in first]
+        rest = [(key, job) for key, job in reps.items() if key not in first]
         return [(key, job) for key, (_, job) in ranked] + rest
 
     def incomplete(self) -> list[Job]:
