@@ -174,3 +174,22 @@ def test_allocate_tries_the_rest_of_its_line_by_key_without_reordering_it() -> N
     world.apply(("submit", 0, 1, "a", 50, False, "", False, False))
     bound = {d.job for d in decide(world, cache) if isinstance(d, Bind)}
     assert bound == {world.jobs[-1].name}
+
+
+def test_a_run_takes_only_jobs_that_have_their_reason() -> None:
+    """Reclaim alone (no allocate to give reasons first): a1, a2 and a3 ask three GPUs
+    each, a's fair share; b1 asks one. a1 reclaims; then a2 is turned away by a's fair
+    share, and a3, of a2's key, comes next in a's line without a reason yet: it takes
+    its step and is told why it waits, as the full walk tells it, rather than being
+    passed over in a2's run."""
+    world = two_queues_reclaiming()
+    world.config = dataclasses.replace(world.config, actions=("reclaim",))
+    for queue, tasks in (("a", 3), ("a", 3), ("a", 3), ("b", 1)):
+        wait(world, queue, tasks, False)
+    a1, a2, a3 = (j.name for j in world.jobs if j.queue == "a")
+    cache = CycleCache()
+    takers(world, cache)
+    result = run_cycle(world.snapshot(), world.config, world.now, cache=cache)
+    assert result == run_cycle(world.snapshot(), world.config, world.now)
+    assert a1 not in result.waiting
+    assert {result.waiting[a2].code, result.waiting[a3].code} == {"fair-share"}

@@ -4,6 +4,7 @@ on from the API server alone."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -21,12 +22,27 @@ RC = f"/apis/ray.io/v1/namespaces/{NS}/rayclusters"
 
 @pytest.fixture
 def local_ray() -> Iterator[str]:
-    """A local Ray instance of its own (this suite runs before tests/ray's cluster)."""
+    """A local Ray instance of its own; or, when tests/ray's cluster is already
+    connected in this process (tests/ray ran first), that one, with the operator actor
+    stopped afterwards so that nothing of this test stays in it."""
+    if ray.is_initialized():
+        try:
+            yield ray.get_runtime_context().gcs_address
+        finally:
+            _stop_operator()
+        return
     context = ray.init(num_cpus=2, include_dashboard=False)
     try:
         yield context.address_info["gcs_address"]
     finally:
         ray.shutdown()
+
+
+def _stop_operator() -> None:
+    from kai_ray.api.operator_actor import NAMESPACE, OPERATOR_ACTOR
+
+    with contextlib.suppress(ValueError):  # ValueError: never started
+        ray.kill(ray.get_actor(OPERATOR_ACTOR, namespace=NAMESPACE), no_restart=True)
 
 
 def _operator_in_ray(k8s: K8sEnv, address: str) -> str:

@@ -172,4 +172,8 @@ def test_a_partly_bound_gang_that_no_longer_fits_is_suspended_whole(k8s: K8sEnv,
         timeout=60,
     )
     assert "stale" in half["metadata"]["annotations"][SUSPENDED_BY].lower()
-    assert any(e["reason"] == "StaleGang" for e in k8s.get(f"/api/v1/namespaces/{NS}/events")["items"])
+    # The operator tells why after it suspends (the patch, then the Events): wait for it.
+    k8s.wait_for(
+        "the StaleGang event",
+        lambda: any(e["reason"] == "StaleGang" for e in k8s.get(f"/api/v1/namespaces/{NS}/events")["items"]),
+    )

@@ -162,9 +162,11 @@ class _GangView:
     def probe_order(self, failed: FailedSearches) -> list[tuple[FailureKey | None, Job]]:
         """One job per key, in the order the walk would likely step them: the first of
         its key in its queue's line (as far as the first _LOOK tell), queue by queue as
-        they would rank with their first job next; then the other keys' representatives. A success then
-        found is most often the walk's first, made again rather than searched. Keys
-        known to fail are not probed: with one other key at most, no order is needed."""
+        they would rank with their first job next; then the other keys'
+        representatives. A success then found is most often the walk's first, made
+        again rather than searched. Keys known to fail are not probed: with one other
+        key at most, no order is needed. The order decides nothing: every key is tried
+        on the same state."""
         reps = self.representatives()
         if sum(key is None or not failed.known(key) for key in reps) <= 1:
             return list(reps.items())
@@ -185,7 +187,8 @@ class _GangView:
             turn = tuple(rank(a, entries[0][-1]) for a in reversed(ancestors[q]))
             for at, entry in enumerate(entries):
                 job = entry[-1]
-                key = keys.get(id(job)) if id(job) in keys else extra.get(id(job))
+                # A job back in line is keyed as it is now (its old key may be in base).
+                key = extra[id(job)] if id(job) in extra else keys.get(id(job))
                 if key is not None and key not in first:  # None: not keyed, never probed
                     first[key] = ((*turn, at), job)
         ranked = sorted(first.items(), key=lambda item: item[1][0])
