@@ -84,7 +84,8 @@ def walk(
         key = sure.key_of(job)
         sure.tried(job)
         if same_rank is not None and sure.failed.clears == clears:  # nothing moved: ranks stand
-            sure.tried_all(order.take_run(job, _joins_run(sure, quiet, reasons, job, key, same_rank)))
+            for other in order.take_run(job, _joins_run(sure, quiet, reasons, job, key, same_rank)):
+                sure.tried(other)
         order.done(job)
         if sure.all_fail():
             settle(ctx, sure.incomplete.values(), sure.groups.items(), sure.failed, step, quiet)
@@ -270,11 +271,6 @@ class SureToFail:
             del groups[key]
         if not self._sure(key):
             self._unsure -= 1
-
-    def tried_all(self, jobs: Iterable[Job]) -> None:
-        """tried(job) for each of `jobs`."""
-        for job in jobs:
-            self.tried(job)
 
     def pushed_back(self, job: Job) -> None:
         self.tried(job)
