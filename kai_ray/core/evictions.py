@@ -27,7 +27,7 @@ from kai_ray.core.capacity import (
 from kai_ray.core.cluster import EPS, Job, Task
 from kai_ray.core.consolidation import consolidate
 from kai_ray.core.context import CycleContext
-from kai_ray.core.failedsearches import FailedSearches, FailureKey, Grounds, search_key
+from kai_ray.core.failedsearches import FailedSearches, FailureKey, Grounds, search_key, victim_inputs
 from kai_ray.core.hooks import ReclaimSides
 from kai_ray.core.model import Reason, TaskStatus
 from kai_ray.core.preemptiondelay import HeldBack
@@ -287,7 +287,9 @@ def _preempt_search(ctx: CycleContext, job: Job, candidates: ActionCandidates) -
     return VictimSearch(
         action="preempt",
         candidates=candidates,
-        victims=lambda: [u for u in candidates.get().units if may_preempt(job, u.job)],
+        victims=lambda: candidates.taken_by(
+            ("preempt", *victim_inputs(job, "preempt")), lambda u: may_preempt(job, u.job)
+        ),
         eligible_queue=None,
         min_runtime=lambda u: tree.preempt_min_runtime[u.job.queue],
         evict_reason=lambda u: reason,
@@ -395,7 +397,9 @@ def _reclaim_search(
     return VictimSearch(
         action="reclaim",
         candidates=candidates,
-        victims=lambda: [u for u in candidates.get().units if policy.may_reclaim_from(job, u.job)],
+        victims=lambda: candidates.taken_by(
+            ("reclaim", *victim_inputs(job, "reclaim")), lambda u: policy.may_reclaim_from(job, u.job)
+        ),
         eligible_queue=eligible,
         min_runtime=lambda u: tree.reclaim_min_runtime_for(job.queue, u.job.queue),
         evict_reason=lambda u: reason(),

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from kai_ray.core.cluster import Job, Task
 from kai_ray.core.model import Reason
 
-__all__ = ["FailedSearches", "FailureKey", "Grounds", "search_key"]
+__all__ = ["FailedSearches", "FailureKey", "Grounds", "search_key", "victim_inputs"]
 
 FailureKey = tuple[object, ...]
 
@@ -74,6 +74,12 @@ _VICTIM_INPUTS: dict[str, Callable[[Job], tuple[object, ...]]] = {
     "preempt": _own_queue_below,
     "reclaim": _other_queues,
 }
+
+
+def victim_inputs(job: Job, action: str) -> tuple[object, ...]:
+    """What of the pending job decides the action's eligibility hooks (whose work it
+    may take): the part of its search key after placement."""
+    return _VICTIM_INPUTS[action](job)
 
 
 def search_key(

@@ -256,7 +256,9 @@ class Policy:
       read (failedsearches._VICTIM_INPUTS: preempt, its queue, priority and
       preemptibility; reclaim, its queue and preemptibility). A hook that reads more of
       the pending job (may_preempt, may_reclaim_from, may_reclaim,
-      reclaim_keeps_bounds) needs it added there. preemption_delay_left reads the job's
+      reclaim_keeps_bounds) needs it added there. An action also lists the
+      candidates it may take once per those inputs (victimpool.ActionCandidates.taken_by).
+      preemption_delay_left reads the job's
       waiting time, which no key holds: it only ever holds back a search that would
       succeed, and such a search is never recorded as failed (preemptiondelay.py).
     - Job keys are functions of the job. `job_order` reads the job alone: its info, its

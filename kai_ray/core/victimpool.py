@@ -19,7 +19,7 @@ and one that fails it would have failed (victims.free_room_for says why).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -73,6 +73,13 @@ class Candidates:
         self._by_node: dict[int, list[int]] = {}
         self._live: tuple[int, np.ndarray] | None = None
         self.index = {id(u): i for i, u in enumerate(units)}
+        # Every unit's tasks in one list, and where each unit's begin (a unit has one
+        # at least): whether each runs whole is then one pass over tasks, not a call per unit.
+        self._tasks = [t for u in units for t in u.tasks]
+        self._starts = np.cumsum([0] + [len(u.tasks) for u in units[:-1]], dtype=np.int64)
+        # Lists of members kept for many searches (ActionCandidates.taken_by), by id,
+        # with their places: each list is held here, so its id stays its own.
+        self._members: dict[int, tuple[Sequence[Unit], np.ndarray]] = {}
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(each task's node, its unit, its demand; each unit's queue)."""
@@ -97,7 +104,9 @@ class Candidates:
         """Which units run whole (Unit.live) while the evictions named by `mark` stand
         (Statement.running_mark). Read-only."""
         if self._live is None or self._live[0] != mark:
-            live = np.array([u.live() for u in self.units], dtype=bool)
+            running = TaskStatus.RUNNING
+            flags = np.array([t.status is running for t in self._tasks], dtype=bool)
+            live = np.logical_and.reduceat(flags, self._starts) if self.units else flags
             live.setflags(write=False)
             self._live = (mark, live)
         return self._live[1]
@@ -106,6 +115,20 @@ class Candidates:
         """The units with a task on the node, in victim order."""
         self.arrays()
         return self._by_node.get(node, [])
+
+    def places(self, members: Sequence[Unit]) -> np.ndarray:
+        """Where each of `members` (some of the units) is among them. Read-only."""
+        kept = self._members.get(id(members))
+        if kept is not None and kept[0] is members:
+            return kept[1]
+        index = self.index
+        return np.array([index[id(u)] for u in members], dtype=np.int64)
+
+    def keep_places(self, members: Sequence[Unit]) -> None:
+        """`members` will be searched over many times: their places made once."""
+        places = self.places(members)
+        places.setflags(write=False)
+        self._members[id(members)] = (members, places)
 
 
 def shared_candidates(ctx: CycleContext) -> Candidates:
@@ -129,11 +152,24 @@ class ActionCandidates:
     def __init__(self, ctx: CycleContext) -> None:
         self.ctx = ctx
         self._candidates: Candidates | None = None
+        self._taken: dict[Hashable, list[Unit]] = {}
 
     def get(self) -> Candidates:
         if self._candidates is None:
             self._candidates = shared_candidates(self.ctx)
         return self._candidates
+
+    def taken_by(self, inputs: Hashable, takes: Callable[[Unit], bool]) -> list[Unit]:
+        """The candidates that `takes` accepts (in victim order), for every job whose
+        victim inputs (failedsearches.victim_inputs) are `inputs`: by the policy's
+        contract its eligibility hooks read nothing else of the job, so the list is
+        made once per action and shared. Read-only."""
+        units = self._taken.get(inputs)
+        if units is None:
+            candidates = self.get()
+            units = self._taken[inputs] = [u for u in candidates.units if takes(u)]
+            candidates.keep_places(units)
+        return units
 
 
 class VictimPool:
@@ -147,8 +183,7 @@ class VictimPool:
         self.ctx, self.candidates, self.giving = ctx, candidates, giving
         self.units = candidates.units
         self.task_node, self.task_unit, self.task_demand, self.unit_queue = candidates.arrays()
-        index = candidates.index
-        self.members = np.array([index[id(u)] for u in members], dtype=np.int64)
+        self.members = candidates.places(members)
         self.live = np.zeros(len(self.units), dtype=bool)
         self.live[self.members] = candidates.live(ctx.stmt.running_mark)[self.members]
 

@@ -5,18 +5,22 @@ candidates built afresh for every search."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kai_ray.core import DEFAULT_ACTIONS, UNLIMITED, QueueInfo, SchedulerConfig, run_cycle, victimpool
+from kai_ray.core.hooks import Unit
 from kai_ray.core.model import Evict
+from kai_ray.core.policy import DEFAULT_POLICY, may_reclaim_from
 from kai_ray.core.statement import Statement
-from kai_ray.core.victimpool import VictimPool, shared_candidates
+from kai_ray.core.victimpool import ActionCandidates, Candidates, VictimPool, shared_candidates
 from tests.core.test_incremental import World, node, ops
 
 
@@ -26,7 +30,17 @@ def without_shortcuts(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     with monkeypatch.context() as m:
         m.setattr(VictimPool, "may_fit", lambda self, tasks, ever: True)
         m.setattr(victimpool, "shared_candidates", _fresh_build)
+        m.setattr(ActionCandidates, "taken_by", _filtered_for_each_search)
+        m.setattr(Candidates, "live", _live_unit_by_unit)
         yield
+
+
+def _filtered_for_each_search(self: ActionCandidates, inputs: object, takes: Any) -> list[Unit]:
+    return [u for u in self.get().units if takes(u)]
+
+
+def _live_unit_by_unit(self: Candidates, mark: int) -> np.ndarray:
+    return np.array([u.live() for u in self.units], dtype=bool)
 
 
 def _fresh_build(ctx: Any) -> Any:
@@ -107,6 +121,30 @@ def test_candidates_are_shared_while_the_same_evictions_stand(monkeypatch: pytes
     result = run_cycle(world.snapshot(), world.config, world.now)
     assert calls[0] >= 4 and not any(isinstance(d, Evict) for d in result.decisions)
     assert builds[0] == 1
+
+
+def test_the_victims_a_search_may_take_are_listed_once_per_victim_inputs() -> None:
+    """Reclaim for three gangs of queue a: two non-preemptible ones of different
+    priorities (different searches, the same victim inputs: queue and preemptibility)
+    and a preemptible one. The policy's filter is asked once per candidate for each of
+    the two sets of inputs, and decides as a filter asked for every search would."""
+    world = full_of_c()
+    world.apply(("submit", 1, 3, "a", 50, False, "", False, False))
+    world.apply(("submit", 1, 3, "a", 100, False, "", False, False))
+    world.apply(("submit", 1, 3, "a", 75, False, "", True, False))
+    asked: list[tuple[str, str]] = []
+
+    def counted(reclaimer: Any, victim: Any) -> bool:
+        asked.append((reclaimer.name, victim.name))
+        return bool(may_reclaim_from(reclaimer, victim))
+
+    policy = dataclasses.replace(DEFAULT_POLICY, may_reclaim_from=counted)
+    actions = ("reclaim",)
+    config = SchedulerConfig(actions=actions)
+    run_cycle(world.snapshot(), config, world.now, policy)
+    candidates = 6  # queue c's one-GPU jobs
+    assert len(asked) == 2 * candidates
+    assert len({reclaimer for reclaimer, _ in asked}) == 2
 
 
 SLOW_OK = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture]  # the patch is undone each time

@@ -17,7 +17,7 @@ The policy's job key must be a function of the job (the contract: `Policy`, poli
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from kai_ray.core.cluster import ClusterState, Job
@@ -136,8 +136,11 @@ class WaitingLine:
         allocate would serve them next. A queue none of whose jobs the cycle touched is
         as the line has it; the others are sorted again (a cycle never makes a task
         pending, so no job outside the line can join)."""
-        tree, key = state.tree, self.job_key
-        changed = {job.queue for job in touched}
+        tree = state.tree
+        changed: dict[int, list[Job]] = {}
+        for job in touched:
+            if id(job) in self._entry:
+                changed.setdefault(job.queue, []).append(job)
         order: dict[str, tuple[str, ...]] = {}
         for q, name in enumerate(tree.names):
             if not tree.is_leaf[q]:
@@ -149,12 +152,17 @@ class WaitingLine:
                     names = self._names[q] = tuple(entry[-1].info.name for entry in line)
                 order[name] = names
                 continue
-            jobs = [entry[-1] for entry in line if entry[-1].pending_count]
-            jobs.sort(key=_by_order)  # then a stable sort: ties keep the snapshot's order
-            jobs.sort(key=key)
-            order[name] = tuple(job.info.name for job in jobs)
+            order[name] = tuple(entry[-1].info.name for entry in self._line_again(line, changed[q]))
         return order
 
-
-def _by_order(job: Job) -> int:
-    return job.order
+    def _line_again(self, line: Sequence[tuple[Any, ...]], touched: list[Job]) -> list[tuple[Any, ...]]:
+        """A queue's line with the jobs the cycle touched keyed again: the others keep
+        their entries, in the order they had (nothing of theirs changed); those still
+        pending go where their key puts them now (ties: the snapshot's order)."""
+        gone = {id(job) for job in touched}
+        entries = [entry for entry in line if id(entry[-1]) not in gone]
+        for job in touched:
+            if job.pending_count:
+                entry = (*self.job_key(job), job.order, job)
+                entries.insert(bisect.bisect_right(entries, entry), entry)
+        return entries
