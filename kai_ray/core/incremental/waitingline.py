@@ -134,8 +134,8 @@ class WaitingLine:
     def queue_order(self, state: ClusterState, touched: set[Job]) -> dict[str, tuple[str, ...]]:
         """Per leaf queue, its jobs still pending at the end of the cycle in the order
         allocate would serve them next. A queue none of whose jobs the cycle touched is
-        as the line has it; the others are sorted again (a cycle never makes a task
-        pending, so no job outside the line can join)."""
+        as the line has it; in the others, the touched jobs are keyed again (a cycle
+        never makes a task pending, so no job outside the line can join)."""
         tree = state.tree
         changed: dict[int, list[Job]] = {}
         for job in touched:
