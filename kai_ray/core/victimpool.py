@@ -73,7 +73,7 @@ class Candidates:
         self._by_node: dict[int, list[int]] = {}
         self._live: tuple[int, np.ndarray] | None = None
         self.index = {id(u): i for i, u in enumerate(units)}
-        # Every unit's tasks in one list, and where each unit's begin (a unit has one
+        # Every unit's tasks in one list, and where each unit's tasks begin (it has one
         # at least): whether each runs whole is then one pass over tasks, not a call per unit.
         self._tasks = [t for u in units for t in u.tasks]
         self._starts = np.cumsum([0] + [len(u.tasks) for u in units[:-1]], dtype=np.int64)
