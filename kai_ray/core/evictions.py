@@ -287,9 +287,7 @@ def _preempt_search(ctx: CycleContext, job: Job, candidates: ActionCandidates) -
     return VictimSearch(
         action="preempt",
         candidates=candidates,
-        victims=lambda: candidates.taken_by(
-            ("preempt", *victim_inputs(job, "preempt")), lambda u: may_preempt(job, u.job)
-        ),
+        victims=lambda: candidates.taken_by(victim_inputs(job, "preempt"), lambda u: may_preempt(job, u.job)),
         eligible_queue=None,
         min_runtime=lambda u: tree.preempt_min_runtime[u.job.queue],
         evict_reason=lambda u: reason,
@@ -398,7 +396,7 @@ def _reclaim_search(
         action="reclaim",
         candidates=candidates,
         victims=lambda: candidates.taken_by(
-            ("reclaim", *victim_inputs(job, "reclaim")), lambda u: policy.may_reclaim_from(job, u.job)
+            victim_inputs(job, "reclaim"), lambda u: policy.may_reclaim_from(job, u.job)
         ),
         eligible_queue=eligible,
         min_runtime=lambda u: tree.reclaim_min_runtime_for(job.queue, u.job.queue),

@@ -131,7 +131,7 @@ def _search_key(job: Job, tasks: Sequence[Task], action: str) -> FailureKey:
     )
     if info.subgroups:  # a failure's reason names the subgroup that did not fit: which is which
         placement += (tuple(info.subgroups.items()), tuple(t.info.subgroup for t in tasks))
-    return (*placement, *_VICTIM_INPUTS[action](job))
+    return (*placement, *victim_inputs(job, action))
 
 
 class FailedSearches:

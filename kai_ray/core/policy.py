@@ -256,11 +256,11 @@ class Policy:
       read (failedsearches._VICTIM_INPUTS: preempt, its queue, priority and
       preemptibility; reclaim, its queue and preemptibility). A hook that reads more of
       the pending job (may_preempt, may_reclaim_from, may_reclaim,
-      reclaim_keeps_bounds) needs it added there. An action also lists the
-      candidates it may take once per those inputs (victimpool.ActionCandidates.taken_by).
-      preemption_delay_left reads the job's
-      waiting time, which no key holds: it only ever holds back a search that would
-      succeed, and such a search is never recorded as failed (preemptiondelay.py).
+      reclaim_keeps_bounds) needs it added there. An action also lists the candidates
+      it may take once per those inputs (victimpool.ActionCandidates.taken_by).
+      preemption_delay_left reads the job's waiting time, which no key holds: it only
+      ever holds back a search that would succeed, and such a search is never recorded
+      as failed (preemptiondelay.py).
     - Job keys are functions of the job. `job_order` reads the job alone: its info, its
       tasks' statuses, its order; never the time, the queues' usage or other jobs. The
       cache keeps the waiting line sorted by these keys and keys again only the jobs

@@ -163,7 +163,8 @@ class ActionCandidates:
         """The candidates that `takes` accepts (in victim order), for every job whose
         victim inputs (failedsearches.victim_inputs) are `inputs`: by the policy's
         contract its eligibility hooks read nothing else of the job, so the list is
-        made once per action and shared. Read-only."""
+        made once per action (these candidates are the action's own) and shared.
+        Read-only."""
         units = self._taken.get(inputs)
         if units is None:
             candidates = self.get()
