@@ -264,7 +264,9 @@ class Policy:
     - Job keys are functions of the job. `job_order` reads the job alone: its info, its
       tasks' statuses, its order; never the time, the queues' usage or other jobs. The
       cache keeps the waiting line sorted by these keys and keys again only the jobs
-      that came or went.
+      that came or went. The same holds for `victim_order` (the unit alone: its job and
+      tasks) and `may_be_victim` (the job alone): the cache keeps the candidate victims
+      in victim order between cycles (incremental/candidates.py).
 
     A hook that breaks either makes the cycle decide differently from one that runs
     every search (SchedulerConfig.skip_failed_searches=False), and the cache decide

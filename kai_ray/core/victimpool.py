@@ -19,6 +19,7 @@ and one that fails it would have failed (victims.free_room_for says why).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +33,7 @@ if TYPE_CHECKING:  # the context holds the shared candidates; victims.py holds t
     from kai_ray.core.context import CycleContext
     from kai_ray.core.victims import GivingOrder
 
-__all__ = ["ActionCandidates", "Candidates", "VictimPool", "victim_units"]
+__all__ = ["ActionCandidates", "Candidates", "Piece", "VictimPool", "unit_piece", "victim_units"]
 
 # Rounding slack of the bound: the search sums freed room in another order than this.
 _SLACK = 1e-9
@@ -63,14 +64,25 @@ def victim_units(jobs: Sequence[Job], order: Callable[[Unit], Any]) -> list[Unit
     return units
 
 
+# A unit's part of the candidates' arrays: its tasks' nodes and their demands.
+Piece = tuple[np.ndarray, np.ndarray]
+
+
+def unit_piece(u: Unit, width: int) -> Piece:
+    demand = np.array([t.demand for t in u.tasks], dtype=np.float64).reshape(-1, width)
+    return np.array([t.node for t in u.tasks], dtype=np.int64), demand
+
+
 class Candidates:
     """Units in victim order, with their tasks as arrays (built when first needed)."""
 
-    def __init__(self, units: list[Unit], width: int) -> None:
+    def __init__(self, units: list[Unit], width: int, pieces: Sequence[Piece] | None = None) -> None:
+        """`pieces`: each unit's (unit_piece), where they are kept."""
         self.units = units
         self.width = width
+        self._pieces = pieces
         self._arrays: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
-        self._by_node: dict[int, list[int]] = {}
+        self._by_node: dict[int, list[int]] = {}  # made per node when first asked for
         self._live: tuple[int, np.ndarray] | None = None
         self.index = {id(u): i for i, u in enumerate(units)}
         # Every unit's tasks in one list, and where each unit's tasks begin (it has one
@@ -81,8 +93,20 @@ class Candidates:
         # with their places: each list is held here, so its id stays its own.
         self._members: dict[int, tuple[Sequence[Unit], np.ndarray]] = {}
 
+    def for_cycle(self) -> Candidates:
+        """The same units for another cycle (a cycle cache keeps them between cycles,
+        incremental/candidates.py): what is read from them alone is shared; what a cycle
+        keeps of its own (its members' places) starts afresh; which units run is
+        assigned, never changed in place, so each copy's is its own already."""
+        self.arrays()  # made once, on the shared units, before the copy
+        other = copy.copy(self)
+        other._members = {}
+        return other
+
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(each task's node, its unit, its demand; each unit's queue)."""
+        if self._arrays is None and self._pieces is not None:
+            self._arrays = self._joined(self._pieces)
         if self._arrays is None:
             nodes, unit_of, demand = [], [], []
             for i, u in enumerate(self.units):
@@ -90,8 +114,6 @@ class Candidates:
                     nodes.append(t.node)
                     unit_of.append(i)
                     demand.append(t.demand)
-                for node in dict.fromkeys(t.node for t in u.tasks):
-                    self._by_node.setdefault(node, []).append(i)
             self._arrays = (
                 np.array(nodes, dtype=np.int64),
                 np.array(unit_of, dtype=np.int64),
@@ -99,6 +121,19 @@ class Candidates:
                 np.array([u.job.queue for u in self.units], dtype=np.int64),
             )
         return self._arrays
+
+    def _joined(self, pieces: Sequence[Piece]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The arrays from the units' pieces: joined, not made task by task."""
+        if not pieces:
+            none = np.zeros(0, dtype=np.int64)
+            return none, none.copy(), np.zeros((0, self.width)), none.copy()
+        counts = np.array([len(u.tasks) for u in self.units], dtype=np.int64)
+        return (
+            np.concatenate([piece[0] for piece in pieces]),
+            np.repeat(np.arange(len(pieces), dtype=np.int64), counts),
+            np.concatenate([piece[1] for piece in pieces]),
+            np.array([u.job.queue for u in self.units], dtype=np.int64),
+        )
 
     def live(self, mark: int) -> np.ndarray:
         """Which units run whole (Unit.live) while the evictions named by `mark` stand
@@ -112,9 +147,14 @@ class Candidates:
         return self._live[1]
 
     def on_node(self, node: int) -> list[int]:
-        """The units with a task on the node, in victim order."""
-        self.arrays()
-        return self._by_node.get(node, [])
+        """The units with a task on the node, in victim order. A search asks of a few
+        nodes only: each is found when first asked for (shared by the cycles that share
+        the arrays, which it is read from alone)."""
+        units = self._by_node.get(node)
+        if units is None:
+            task_node, task_unit = self.arrays()[:2]
+            units = self._by_node[node] = np.unique(task_unit[task_node == node]).tolist()
+        return units
 
     def places(self, members: Sequence[Unit]) -> np.ndarray:
         """Where each of `members` (some of the units) is among them. Read-only."""
@@ -133,15 +173,18 @@ class Candidates:
 
 def shared_candidates(ctx: CycleContext) -> Candidates:
     """The policy's victims as the state stands; the last built while the same
-    evictions stand."""
+    evictions stand; with a cycle cache, before the cycle evicts, those it keeps
+    between cycles (incremental/candidates.py)."""
     mark = ctx.stmt.running_mark
     kept = ctx.victims
     if kept is not None and kept[0] == mark:
         return kept[1]
     policy = ctx.policy
-    # A job with no active task has none running (most of a deep line): not asked.
-    jobs = [j for j in ctx.state.jobs if j.active_count and policy.may_be_victim(j)]
-    candidates = Candidates(victim_units(jobs, policy.victim_order), ctx.state.nodes.idle.shape[1])
+    candidates = None if ctx.kept is None else ctx.kept.victims.candidates(ctx)
+    if candidates is None:
+        # A job with no active task has none running (most of a deep line): not asked.
+        jobs = [j for j in ctx.state.jobs if j.active_count and policy.may_be_victim(j)]
+        candidates = Candidates(victim_units(jobs, policy.victim_order), ctx.state.nodes.idle.shape[1])
     ctx.victims = (mark, candidates)
     return candidates
 

@@ -5,7 +5,7 @@ and queues changed, jobs changed in place), the same results and the same state 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -330,16 +330,25 @@ def run_both_ways(
         stale_gang_grace_period=grace,
         preemption_delay_s=delay,
     )
-    world = World(nodes, config)
     cache = CycleCache()
+    run_steps(World(nodes, config), cache, steps, both)
+    assert cache.patches + cache.rebuilds == len(steps)
+
+
+def run_steps(
+    world: World,
+    cache: CycleCache,
+    steps: list[tuple[list[tuple[Any, ...]], bool]],
+    each_way: Callable[[World, CycleCache], tuple[CycleResult, CycleResult]],
+) -> None:
+    """Each step's changes, then one cycle each way (`each_way`): the same results."""
     for step, carried_out in steps:
         for op in step:
             world.apply(op)
-        inc, full = both(world, cache)
+        inc, full = each_way(world, cache)
         assert inc == full
         if carried_out:  # else the backend did nothing yet: the same snapshot again
             world.carry_out(full)
-    assert cache.patches + cache.rebuilds == len(steps)
 
 
 # Only the jobs change (no node, queue or extended column): every cycle after the first is

@@ -175,6 +175,15 @@ crowded = st.tuples(
 later = st.one_of(submit(["a", "a", "b", "c"], running=False), ops)
 
 
+def crowded_world(world_spec: tuple[list[tuple[int, float, bool]], str, list[tuple[Any, ...]]]) -> World:
+    shapes, placement, running = world_spec
+    nodes = [node(i, gpus, cpu, extended=ext) for i, (gpus, cpu, ext) in enumerate(shapes)]
+    world = World(nodes, SchedulerConfig(actions=DEFAULT_ACTIONS, gpu_placement=placement))
+    for op in running:
+        world.apply(op)
+    return world
+
+
 @settings(max_examples=200, deadline=None, suppress_health_check=SLOW_OK)
 @given(crowded, st.lists(st.tuples(st.lists(later, max_size=4), st.booleans()), min_size=2, max_size=10))
 def test_the_shortcuts_decide_as_full_searches(
@@ -182,11 +191,7 @@ def test_the_shortcuts_decide_as_full_searches(
     world_spec: tuple[list[tuple[int, float, bool]], str, list[tuple[Any, ...]]],
     steps: list[tuple[list[tuple[Any, ...]], bool]],
 ) -> None:
-    shapes, placement, running = world_spec
-    nodes = [node(i, gpus, cpu, extended=ext) for i, (gpus, cpu, ext) in enumerate(shapes)]
-    world = World(nodes, SchedulerConfig(actions=DEFAULT_ACTIONS, gpu_placement=placement))
-    for op in running:
-        world.apply(op)
+    world = crowded_world(world_spec)
     for step, carried_out in steps:
         for op in step:
             world.apply(op)

@@ -8,7 +8,10 @@ last cycle:
 - jobdiff.py: what changed between two job lists, at the cost of what changed;
 - jobline.py: the snapshot's job list as the cache keeps it, each job with its order;
 - waitingline.py: the jobs waiting at the start of a cycle, in line (the cache keeps
-  one; a cycle without a cache makes its own).
+  one; a cycle without a cache makes its own);
+- gangs.py, outcomes.py: the actions that evict, with their lines and failed searches
+  kept between cycles;
+- candidates.py: the policy's candidate victims, in victim order, kept between cycles.
 
 The full build (build.py) stays the reference. What both count and how they sum it
 lives outside this package, used by both (accounting.py, gpushare.py, leafsums.py),

@@ -59,6 +59,7 @@ from kai_ray.core.cluster import (
     cluster_total,
     per_request,
 )
+from kai_ray.core.incremental.candidates import KeptCandidates
 from kai_ray.core.incremental.gangs import KeptGangs
 from kai_ray.core.incremental.jobdiff import JobDiff, as_list
 from kai_ray.core.incremental.jobline import Entry, JobLine
@@ -90,6 +91,7 @@ class CycleCache:
         self.total = np.zeros(3)
         self.line = WaitingLine((), _no_key, _never)  # the jobs waiting at the snapshot
         self.outcomes = SearchOutcomes()  # failed victim searches, kept while they hold
+        self.victims = KeptCandidates()  # the policy's candidate victims, as the snapshot has them
         self._config: SchedulerConfig | None = None
         self._policy: Policy | None = None
         self._nodes: list[NodeInfo] = []
@@ -125,7 +127,11 @@ class CycleCache:
         for action in actions:
             if action in _WALK_GANGS:
                 self.line.gang_keys(action)
-        return KeptGangs(self.line, self.outcomes)
+        if "reclaim" in actions or "preempt" in actions:  # the actions that search the policy's victims
+            assert self.state is not None and self._policy is not None
+            policy, width = self._policy, self.state.nodes.idle.shape[1]
+            self.victims.start(self.state.jobs, policy.may_be_victim, policy.victim_order, width)
+        return KeptGangs(self.line, self.outcomes, self.victims)
 
     def restore(self, stmt: Statement) -> None:
         """Take the cycle back (its decisions are read already): the state is again the
@@ -148,6 +154,7 @@ class CycleCache:
     def _rebuild(self, snapshot: ClusterSnapshot, config: SchedulerConfig, policy: Policy) -> None:
         self.rebuilds += 1
         self.outcomes.forget()
+        self.victims.forget()
         self._requests = {}
         state, self._leaves, self._sums = build_state_and_leaves(
             snapshot, build_queue_tree(snapshot.queues), self._requests
@@ -258,6 +265,7 @@ class CycleCache:
     ) -> bool:
         """Every job looked at: the ones changed in place (named in `changed`), new or
         changed objects; the line numbered afresh."""
+        self.victims.forget()  # victim order reads job orders, numbered afresh here
         old, new = self._entries, {}
         columns_may_change = False
         found = 0  # snapshot jobs whose name was known: fewer than before means removals
@@ -313,6 +321,7 @@ class CycleCache:
         self._sums.add(job, 1)
         if self._may_be_taken(job):
             self.outcomes.victims_changed(job, came=True)
+            self.victims.came(job)
         for t in job.tasks:
             if t.node >= 0:
                 self._node_tasks[t.node].append(t)
@@ -336,6 +345,7 @@ class CycleCache:
         self._sums.add(job, -1)
         if self._may_be_taken(job):
             self.outcomes.victims_changed(job, came=False)
+            self.victims.left(job)
         for t in job.tasks:
             if t.node >= 0:
                 self._node_tasks[t.node].remove(t)

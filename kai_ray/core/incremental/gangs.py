@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 
 from kai_ray.core.cluster import Job
 from kai_ray.core.failedsearches import FailedSearches, FailureKey
+from kai_ray.core.incremental.candidates import KeptCandidates
 from kai_ray.core.incremental.outcomes import SearchOutcomes
 from kai_ray.core.incremental.waitingline import WaitingLine
 from kai_ray.core.jobqueues import JobQueues
@@ -54,8 +55,8 @@ _PROBE_WHEN = 4  # search key by key again after room moved when the line has th
 
 
 class KeptGangs:
-    def __init__(self, line: WaitingLine, outcomes: SearchOutcomes) -> None:
-        self.line, self.outcomes = line, outcomes
+    def __init__(self, line: WaitingLine, outcomes: SearchOutcomes, victims: KeptCandidates) -> None:
+        self.line, self.outcomes, self.victims = line, outcomes, victims
 
     def each_waiting_gang(
         self,

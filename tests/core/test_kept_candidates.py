@@ -1,0 +1,83 @@
+"""The candidate victims a cycle cache keeps between cycles (incremental/candidates.py)
+against those a cycle builds afresh: the same units, in the same victim order, as the
+cycle begins and once allocate has placed (a job it grew has another surplus), and the
+same decisions."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kai_ray.core import DEFAULT_ACTIONS, CycleCache, CycleResult, SchedulerConfig, TaskStatus
+from kai_ray.core.context import CycleContext
+from kai_ray.core.cycle import finish_cycle, prepare_cycle, run_action
+from kai_ray.core.victimpool import shared_candidates
+from tests.core.test_incremental import World, node, run_steps
+from tests.core.test_victimpool import crowded, crowded_world, later
+
+
+def described(ctx: CycleContext) -> list[tuple[str, tuple[int, ...], bool]]:
+    """The candidates as a cycle would take them now, by job name and task index."""
+    ctx.victims = None  # not the ones taken earlier in the cycle: those of this moment
+    units = shared_candidates(ctx).units
+    return [(u.job.name, tuple(t.index for t in u.tasks), u.surplus) for u in units]
+
+
+def arrays(ctx: CycleContext) -> list[object]:
+    """The candidates' arrays, and the units on each node."""
+    ctx.victims = None
+    candidates = shared_candidates(ctx)
+    on_node = [candidates.on_node(n) for n in range(len(ctx.state.nodes))]
+    # Each unit once on each node it runs on, in victim order.
+    units = candidates.units
+    assert on_node == [
+        [i for i, u in enumerate(units) if any(t.node == n for t in u.tasks)] for n in range(len(on_node))
+    ]
+    return [a.tolist() for a in candidates.arrays()] + [on_node]
+
+
+def kept_and_fresh(world: World, cache: CycleCache) -> tuple[CycleResult, CycleResult]:
+    """One cycle each way, the candidates compared as it begins and after allocate."""
+    snap, config, now = world.snapshot(), world.config, world.now
+    inc = prepare_cycle(snap, config, now, cache=cache, changed=world.in_place)
+    full = prepare_cycle(snap, config, now)
+    assert described(inc) == described(full)
+    assert arrays(inc) == arrays(full)
+    for name in config.actions:
+        run_action(inc, name)
+        run_action(full, name)
+        if name == "allocate":  # placed, nothing evicted: the kept ones, touched jobs made again
+            assert inc.stmt.running_mark == 0
+            assert described(inc) == described(full)
+            assert arrays(inc) == arrays(full)
+    results = finish_cycle(inc), finish_cycle(full)
+    cache.restore(inc.stmt)
+    return results
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(crowded, st.lists(st.tuples(st.lists(later, max_size=4), st.booleans()), min_size=2, max_size=10))
+def test_the_kept_candidates_are_those_built_afresh(
+    world_spec: tuple[list[tuple[int, float, bool]], str, list[tuple[Any, ...]]],
+    steps: list[tuple[list[tuple[Any, ...]], bool]],
+) -> None:
+    run_steps(crowded_world(world_spec), CycleCache(), steps, kept_and_fresh)
+
+
+def test_a_job_allocate_grows_is_a_candidate_with_the_surplus_it_has_now() -> None:
+    world = World([node(0, 4, 16.0)], SchedulerConfig(actions=DEFAULT_ACTIONS))
+    # Elastic (min 1): two of its three tasks run, one of them surplus.
+    world.apply(("submit", 0, 3, "c", 50, "elastic", "", False, True))
+    job = world.jobs[0]
+    third = dataclasses.replace(job.tasks[2], status=TaskStatus.PENDING, node=None)
+    world.jobs[0] = dataclasses.replace(job, tasks=[*job.tasks[:2], third])
+    cache = CycleCache()
+    kept_and_fresh(world, cache)  # kept from here on (nothing carried out: the same snapshot again)
+    inc = prepare_cycle(world.snapshot(), world.config, world.now, cache=cache)
+    assert described(inc) == [("j1", (1,), True), ("j1", (0,), False)]
+    run_action(inc, "allocate")  # places the third: one more surplus, the gang (min 1) still whole
+    assert described(inc) == [("j1", (1,), True), ("j1", (0,), True)]
+    cache.restore(inc.stmt)
