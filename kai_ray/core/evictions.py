@@ -38,6 +38,7 @@ from kai_ray.core.victimpool import ActionCandidates
 from kai_ray.core.victims import (
     Allowed,
     EvictReason,
+    Freed,
     GivingOrder,
     Unit,
     evict_unit,
@@ -75,6 +76,11 @@ class VictimSearch:
 
     def eligible(self, u: Unit) -> bool:
         return self.eligible_queue is None or self.eligible_queue(u.job.queue)
+
+    def reads_standings_as_it_evicts(self) -> bool:
+        """Whether the search asks the queues' standings again after each victim (which
+        victim may be taken, which queue gives next)."""
+        return self.eligible_queue is not None or self.giving is not None
 
 
 def make_room(
@@ -130,12 +136,17 @@ def make_room(
 
 def _grounds(outcome: str, victims: list[Unit], search: VictimSearch) -> object:
     """What a failure in which min runtime protected nothing rests on (Grounds)."""
-    if outcome is not _NO_ROOM:
+    if outcome is _REFUSED:
         return Grounds.VICTIMS
     if not victims:
         return Grounds.NO_VICTIMS
     if not any(search.eligible(u) for u in victims):
         return Grounds.NONE_ALLOWED  # room alone decided it, while no candidate is allowed
+    if outcome is _NO_ROOM and search.reads_standings_as_it_evicts():
+        # Victims were tried, and whether the next one may be taken, and which, was read
+        # from the standings as they moved with each: the verdicts as it began are not
+        # all it rests on.
+        return Grounds.VICTIMS
     return (Grounds.VERDICTS, search.verdicts(victims))
 
 
@@ -144,16 +155,16 @@ def _say(ctx: CycleContext, job: Job, reason: Reason | None) -> None:
         ctx.stmt.set_reason(job.name, reason)
 
 
-_PLACED, _NO_ROOM, _REFUSED = "placed", "no room", "refused"  # how an attempt ended
+# How an attempt ended: placed; no room even with every victim it may take gone (the
+# bound: its verdicts as it began decide that); no room found trying victims; refused.
+_PLACED, _HOPELESS, _NO_ROOM, _REFUSED = "placed", "hopeless", "no room", "refused"
 
 
 def _attempt(
     ctx: CycleContext, job: Job, gang: list[Task], victims: list[Unit], search: VictimSearch, allowed: Allowed
 ) -> str:
     """One try: room for the gang (victims where it lacks room), then the queue limits
-    with the victims gone, then the search's own rule. Rolled back unless all hold.
-    _NO_ROOM: the gang found no room, whatever the queues' standings (which only decide
-    between _PLACED and _REFUSED once it has room)."""
+    with the victims gone, then the search's own rule. Rolled back unless all hold."""
     amount = ctx.amount(gang)
     over_before = capacity_problem(ctx.state, ctx.shares, job, amount) is not None
     if over_before and not _may_shed(ctx, job, amount, victims, allowed):
@@ -161,10 +172,11 @@ def _attempt(
     start = ctx.stmt.checkpoint()
     # `victims` are some of the action's candidates (search.victims took them from there).
     candidates, ever = search.candidates.get(), search.eligible_queue
-    if not free_room_for(
+    freed = free_room_for(
         ctx, gang, victims, allowed, search.action, search.evict_reason, search.giving, candidates, ever
-    ):
-        return _NO_ROOM
+    )
+    if not freed:
+        return _HOPELESS if freed is Freed.HOPELESS else _NO_ROOM
     if (over_before and not _shed(ctx, job, amount, victims, allowed, search)) or not search.holds():
         ctx.stmt.rollback(start)
         return _REFUSED

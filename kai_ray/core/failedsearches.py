@@ -37,7 +37,8 @@ class Grounds:
     NO_VICTIMS = "no-victims"  # no candidate passed the job's filter, and the free room
     NONE_ALLOWED = "none-allowed"  # the standings allowed no candidate, and the free room
     VICTIMS = "victims"  # the free room, the candidates and every queue's standing
-    # No room with the candidates it could take: the free room, the candidates, and the
+    # No room even with every candidate it could take gone, or no room found by a search
+    # that reads no standings as it evicts: the free room, the candidates, and the
     # verdicts on them that read the standings (grounds: (VERDICTS, the verdicts)).
     VERDICTS = "verdicts"
 

@@ -14,6 +14,7 @@ that gives first *as the queues stand now*, re-ranked after every victim (Giving
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -29,6 +30,7 @@ __all__ = [
     "MAX_NODES_TRIED",
     "Allowed",
     "EvictReason",
+    "Freed",
     "GivingOrder",
     "Unit",
     "evict_unit",
@@ -39,6 +41,18 @@ __all__ = [
 ]
 
 MAX_NODES_TRIED = 64  # nodes tried per task before the search gives up
+
+
+class Freed(enum.Enum):
+    """How free_room_for ended; true when the room was made."""
+
+    ROOM_MADE = "room made"
+    HOPELESS = "hopeless"  # ended at once: no room even with every victim it may take gone
+    NO_ROOM = "no room"  # victims were tried, and no room found
+
+    def __bool__(self) -> bool:
+        return self is Freed.ROOM_MADE
+
 
 Allowed = Callable[[Unit], bool]
 EvictReason = Callable[[Unit], str]
@@ -142,16 +156,17 @@ def free_room_for(
     giving: GivingOrder | None,
     candidates: Candidates,
     ever: Callable[[int], bool] | None = None,
-) -> bool:
+) -> Freed:
     """Place every task, evicting from `units` (in victim order; between queues in
     `giving` order) where needed; all or nothing. `candidates`: the action's, which
     `units` are some of. `ever`: by the victim's queue, whether
     the search may take it at any point (a superset of `allowed`; None: any): a search
-    that cannot succeed even with all those gone ends at once (VictimPool.may_fit)."""
+    that cannot succeed even with all those gone ends at once (VictimPool.may_fit).
+    How it ended: Freed."""
     job = tasks[0].job
     pool = VictimPool(ctx, candidates, units, giving)
     if not pool.may_fit(tasks, ever):
-        return False
+        return Freed.HOPELESS
     start = ctx.stmt.checkpoint()
     for task in tasks:
         # Only nodes the task may use are freed: victims elsewhere would not help it.
@@ -159,12 +174,12 @@ def free_room_for(
         spot = ctx.placer.spot(task, mask, allow_pipeline=True)
         if spot is None and not _free_a_node(ctx, task, mask, pool, allowed, action, reason):
             ctx.stmt.rollback(start)
-            return False
+            return Freed.NO_ROOM
         if spot is not None:
             ctx.stmt.place(task, spot[0], spot[1], spot[2], action)
     if any(t.status is TaskStatus.PIPELINED for t in tasks):
         ctx.stmt.pipeline_job(job)
-    return True
+    return Freed.ROOM_MADE
 
 
 def _free_a_node(

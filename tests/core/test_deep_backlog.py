@@ -88,6 +88,27 @@ def test_a_kept_failure_is_dropped_when_the_standings_allow_a_victim() -> None:
     assert first != later or any(isinstance(d, Evict) for d in later)
 
 
+def test_a_reclaim_that_tried_victims_is_searched_again_when_the_shares_move() -> None:
+    """A gang of queue a reclaims from b and c (over their shares, overcommitted), and
+    after some victims their sides are within their shares: no room. Another job of a
+    moves the shares: as the search begins the same candidates are allowed and give in
+    the same order, but each side now stays over its share for longer, and the search
+    finds room. Which victims may be taken was asked again after each one: the failure
+    rested on every standing, not only on the verdicts as it began."""
+    world = World([node(0, 3, 16.0), node(1, 4, 16.0), node(2, 8, 16.0)], SchedulerConfig())
+    for queue, request, count, priority in [
+        ("c", 0, 1, 100), ("b", 0, 1, 50), ("c", 0, 1, 50), ("b", 0, 1, 50), ("c", 1, 2, 100),
+        ("c", 0, 1, 50), ("b", 0, 1, 50), ("b", 0, 3, 50), ("c", 1, 2, 100), ("c", 0, 2, 100),
+        ("b", 0, 2, 50),
+    ]:  # fmt: skip
+        world.apply(("submit", request, count, queue, priority, "", "", False, True))
+    world.apply(("submit", 0, 2, "a", 50, "", "", False, False))
+    cache = CycleCache()
+    assert not decide(world, cache)  # tried, no room
+    world.apply(("submit", 0, 1, "a", 50, "", "", False, False))
+    assert any(isinstance(d, Evict) and d.action == "reclaim" for d in decide(world, cache))
+
+
 def test_nothing_changes_when_nothing_can_be_taken() -> None:
     """A steady backlog: every cycle after the first is settled by keys and kept
     failures, and decides what the full rebuild decides (nothing)."""

@@ -81,3 +81,24 @@ def test_a_job_allocate_grows_is_a_candidate_with_the_surplus_it_has_now() -> No
     run_action(inc, "allocate")  # places the third: one more surplus, the gang (min 1) still whole
     assert described(inc) == [("j1", (1,), True), ("j1", (0,), True)]
     cache.restore(inc.stmt)
+
+
+def test_a_job_that_came_is_kept_as_the_snapshot_has_it_not_as_the_cycle_grew_it() -> None:
+    world = World([node(0, 4, 16.0)], SchedulerConfig(actions=DEFAULT_ACTIONS))
+    world.apply(("submit", 6, 1, "b", 50, "", "", False, True))  # a cpu-only job: the cache has candidates
+    cache = CycleCache()
+    kept_and_fresh(world, cache)
+    # Comes with a patch: elastic (min 1), two of its three tasks running; allocate
+    # places the third (never carried out), one more surplus then.
+    world.apply(("submit", 0, 3, "c", 50, "elastic", "", False, True))
+    job = world.jobs[-1]
+    third = dataclasses.replace(job.tasks[2], status=TaskStatus.PENDING, node=None)
+    world.jobs[-1] = dataclasses.replace(job, tasks=[*job.tasks[:2], third])
+    inc = prepare_cycle(world.snapshot(), world.config, world.now, cache=cache)
+    run_action(inc, "allocate")
+    grown = [("j2", (1,), True), ("j2", (0,), True), ("j1", (0,), False)]
+    assert described(inc) == grown  # first asked for once allocate grew it
+    cache.restore(inc.stmt)
+    inc = prepare_cycle(world.snapshot(), world.config, world.now, cache=cache)
+    assert described(inc) == [("j2", (1,), True), ("j2", (0,), False), ("j1", (0,), False)]
+    cache.restore(inc.stmt)

@@ -127,7 +127,7 @@ def test_a_failed_victim_search_leaves_no_trace() -> None:
     gang = ctx.state.job_index["gang"]
     pool = _preemptible(ctx)
     ok = free_room_for(ctx, gang.tasks, pool.units, lambda u: True, "preempt", lambda u: "test", None, pool)
-    assert ok is False
+    assert not ok
     assert _fingerprint(ctx.state) == before
 
 

@@ -44,7 +44,7 @@ class KeptCandidates:
     def __init__(self) -> None:
         self._entries: list[Entry] | None = None  # None: not made (or forgotten)
         self._by_job: dict[int, list[Entry]] = {}
-        self._came: dict[int, Job] = {}  # came since the last look: keyed once their order is set
+        self._came: dict[int, Job] = {}  # came with a patch: put in once their orders are set
         self._order: Order | None = None
         self._width = 0  # the arrays' columns
         self._built: Candidates | None = None  # the entries' Candidates, while they stand
@@ -73,8 +73,16 @@ class KeptCandidates:
     def start(
         self, jobs: Iterable[Job], may_be_victim: Callable[[Job], bool], order: Order, width: int
     ) -> None:
-        """As a cycle begins (the state is the snapshot's): made if they are not."""
-        if self._entries is not None and order is self._order and width == self._width:
+        """As a cycle begins (the state is the snapshot's, the jobs' orders set): made if
+        they are not, else the jobs that came since put in. Never later: a job's units
+        are read as the snapshot has it (a cycle's placements may change its surplus)."""
+        entries = self._entries
+        if entries is not None and order is self._order and width == self._width:
+            for job in self._came.values():
+                for entry in self._add(job):
+                    bisect.insort(entries, entry, key=_keys)
+                self._built = None
+            self._came.clear()
             return
         self.forget()
         self._order, self._width = order, width
@@ -87,11 +95,7 @@ class KeptCandidates:
         entries = self._entries
         if entries is None or ctx.stmt.running_mark != 0:
             return None
-        for job in self._came.values():
-            for entry in self._add(job):
-                bisect.insort(entries, entry, key=_keys)
-            self._built = None
-        self._came.clear()
+        assert not self._came, "the jobs that came are put in as the cycle begins"
         redone = self._touched(ctx.stmt.touched_jobs)
         if redone:
             return self._made(self._patched(redone))

@@ -12,11 +12,14 @@ it when those grounds are unchanged at its own start:
   action of this cycle evicted anything; for a search no candidate passed the filter
   of, only the candidates that came matter, and only if the filter takes them;
 - the standings: every queue's allocated figures and fair shares, equal; or, for a
-  search that found no room with the candidates it could take, only its verdicts on
-  them that read the standings (VictimSearch.verdicts: reclaim's eligibility of each,
-  and the order in which their queues give), made again for a job of the key; and where
-  the standings allowed no candidate at all, only that none is allowed now (whichever
-  came or left: the free room alone decided it).
+  search that found no room even with every candidate it could take gone (decided as it
+  began, VictimPool.may_fit), or that read no standings while it tried victims (preempt),
+  only its verdicts on them that read the standings (VictimSearch.verdicts: reclaim's
+  eligibility of each, and the order in which their queues give), made again for a job
+  of the key; and where the standings allowed no candidate at all, only that none is
+  allowed now (whichever came or left: the free room alone decided it). A reclaim that
+  tried victims and found no room rests on every standing: it asked them again after
+  each victim.
 
 Time is never a ground: a failure in which min runtime protected a candidate is kept
 for its cycle only. A key is the same search (failedsearches.py), so a failure kept for
