@@ -129,8 +129,7 @@ class CycleCache:
                 self.line.gang_keys(action)
         if "reclaim" in actions or "preempt" in actions:  # the actions that search the policy's victims
             assert self.state is not None and self._policy is not None
-            policy, width = self._policy, self.state.nodes.idle.shape[1]
-            self.victims.start(self.state.jobs, policy.may_be_victim, policy.victim_order, width)
+            self.victims.start(self._policy.victim_order, self.state.nodes.idle.shape[1])
         return KeptGangs(self.line, self.outcomes, self.victims)
 
     def restore(self, stmt: Statement) -> None:

@@ -13,10 +13,12 @@ the earlier job, then the earlier unit of a job, as the stable sort of the full 
 does: orders keep their comparisons between patches, and the cache forgets the list
 whenever it numbers its jobs afresh.
 
-A cycle takes them before it evicts anything (Statement.running_mark 0). It may have
-placed tasks by then, which changes no task that runs but may change a job's surplus
-(its active count): a touched job's units are made again, and where they differ, that
-cycle takes a patched copy. The full build stays the reference
+A cycle takes them before it evicts anything (Statement.running_mark 0), and only when
+it searches for victims: nothing is made or patched for a cycle that does not. It may
+have placed tasks by then, which changes no task that runs but may change a job's
+surplus (its active count): a job's units are settled in only from a cycle that has not
+touched it, and the units of the jobs a cycle touched are made again for it, where they
+differ in a patched copy. The full build stays the reference
 (KAI_RAY_CHECK_INCREMENTAL; tests/core/test_incremental.py).
 """
 
@@ -35,25 +37,39 @@ if TYPE_CHECKING:
 
 __all__ = ["KeptCandidates"]
 
-# (victim order, job order, unit's place in its job, unit, its part of the arrays)
-Entry = tuple[Any, int, int, Unit, Piece]
+Entry = tuple[Any, int, int, Unit]  # (victim order, job order, unit's place in its job, unit)
 Order = Callable[[Unit], Any]
 
 
 class KeptCandidates:
+    """Kept in victim order: the units of the jobs settled in (`_entries`), and the
+    jobs not settled in yet (`_came`). Work is done only when a cycle asks for them: a
+    cycle that searches for no victim costs nothing here."""
+
     def __init__(self) -> None:
         self._entries: list[Entry] | None = None  # None: not made (or forgotten)
         self._by_job: dict[int, list[Entry]] = {}
-        self._came: dict[int, Job] = {}  # came with a patch: put in once their orders are set
+        # Candidate jobs not settled in: came with a patch, or touched by every cycle
+        # that asked since (a cycle's placements may change a job's surplus: its units
+        # are read as the snapshot has it, in a cycle that has not touched it).
+        self._came: dict[int, Job] = {}
+        self._pieces: dict[int, Piece] = {}  # per settled unit, by id: its part of the arrays
         self._order: Order | None = None
         self._width = 0  # the arrays' columns
-        self._built: Candidates | None = None  # the entries' Candidates, while they stand
+        self._built: Candidates | None = None  # the settled entries' Candidates, while they stand
 
     def forget(self) -> None:
         """The jobs were built or numbered afresh: made again when next asked for."""
         self._entries, self._built = None, None
         self._by_job.clear()
         self._came.clear()
+        self._pieces.clear()
+
+    def start(self, order: Order, width: int) -> None:
+        """As a cycle begins: the policy's victim order and the arrays' columns."""
+        if order is not self._order or width != self._width:
+            self.forget()
+            self._order, self._width = order, width
 
     def came(self, job: Job) -> None:
         """A job that may be a victim, with running tasks, came with a patch."""
@@ -68,67 +84,76 @@ class KeptCandidates:
             at = bisect.bisect_left(self._entries, entry[:3], key=_keys)
             assert self._entries[at] is entry, "a unit's entry is where its keys put it"
             del self._entries[at]
+            self._pieces.pop(id(entry[3]), None)
         self._built = None
-
-    def start(
-        self, jobs: Iterable[Job], may_be_victim: Callable[[Job], bool], order: Order, width: int
-    ) -> None:
-        """As a cycle begins (the state is the snapshot's, the jobs' orders set): made if
-        they are not, else the jobs that came since put in. Never later: a job's units
-        are read as the snapshot has it (a cycle's placements may change its surplus)."""
-        entries = self._entries
-        if entries is not None and order is self._order and width == self._width:
-            for job in self._came.values():
-                for entry in self._add(job):
-                    bisect.insort(entries, entry, key=_keys)
-                self._built = None
-            self._came.clear()
-            return
-        self.forget()
-        self._order, self._width = order, width
-        taken = (job for job in jobs if job.active_count and may_be_victim(job))
-        self._entries = sorted((entry for job in taken for entry in self._add(job)), key=_keys)
 
     def candidates(self, ctx: CycleContext) -> Candidates | None:
         """The candidates as shared_candidates would build them now; None once the cycle
-        evicted (or when not made)."""
-        entries = self._entries
-        if entries is None or ctx.stmt.running_mark != 0:
+        evicted."""
+        if ctx.stmt.running_mark != 0:
             return None
-        assert not self._came, "the jobs that came are put in as the cycle begins"
-        redone = self._touched(ctx.stmt.touched_jobs)
+        if self._entries is None:  # every candidate job waits to be settled in
+            self._entries = []
+            may_be_victim = ctx.policy.may_be_victim
+            self._came = {id(j): j for j in ctx.state.jobs if j.active_count and may_be_victim(j)}
+        touched = ctx.stmt.touched_jobs
+        self._settle(touched)
+        redone = self._touched(touched)
         if redone:
-            return self._made(self._patched(redone))
+            return self._made(self._patched(redone), settled=False)
         if self._built is None:
-            self._built = self._made(entries)
+            self._built = self._made(self._entries, settled=True)
         return self._built.for_cycle()
 
-    def _made(self, entries: Sequence[Entry]) -> Candidates:
-        return Candidates([entry[3] for entry in entries], self._width, [entry[4] for entry in entries])
+    def _settle(self, touched: set[Job]) -> None:
+        """The jobs not settled in that this cycle has not touched: as the snapshot has them."""
+        entries = self._entries
+        assert entries is not None
+        settled = [job for job in self._came.values() if job not in touched]
+        if not settled:
+            return
+        for job in settled:
+            del self._came[id(job)]
+            fresh = self._entries_of(job, victim_units([job], self._victim_order()))
+            if fresh:
+                self._by_job[id(job)] = fresh
+                entries.extend(fresh)
+        entries.sort(key=_keys)  # sorted runs: one merge, in effect
+        self._built = None
 
-    def _add(self, job: Job) -> list[Entry]:
-        """The job's entries, known as its own (its order set by now)."""
+    def _victim_order(self) -> Order:
         assert self._order is not None
-        entries = self._entries_of(job, victim_units([job], self._order))
-        if entries:
-            self._by_job[id(job)] = entries
-        return entries
+        return self._order
+
+    def _made(self, entries: Sequence[Entry], settled: bool) -> Candidates:
+        """`settled`: the entries are all settled units (their pieces are kept; a unit
+        made for one cycle only is not, its id being its own only while it lives)."""
+        pieces, width = self._pieces, self._width
+        joined = []
+        for entry in entries:
+            u = entry[3]
+            piece = pieces.get(id(u))
+            if piece is None:
+                piece = unit_piece(u, width)
+                if settled:
+                    pieces[id(u)] = piece
+            joined.append(piece)
+        return Candidates([entry[3] for entry in entries], width, joined)
 
     def _entries_of(self, job: Job, units: Sequence[Unit]) -> list[Entry]:
-        order = self._order
-        assert order is not None
-        return [(order(u), job.order, i, u, unit_piece(u, self._width)) for i, u in enumerate(units)]
+        order = self._victim_order()
+        return [(order(u), job.order, i, u) for i, u in enumerate(units)]
 
     def _touched(self, jobs: Iterable[Job]) -> dict[int, list[Entry]]:
-        """The kept jobs this cycle touched whose units are not those kept, made again."""
+        """This cycle's units of the candidate jobs it touched where they are not those
+        settled in (or none are): made again."""
         redone: dict[int, list[Entry]] = {}
         for job in jobs:
             kept = self._by_job.get(id(job))
-            if kept is None:  # no task of it runs, and none starts running inside a cycle
+            if kept is None and id(job) not in self._came:  # no task of it runs (none starts inside a cycle)
                 continue
-            assert self._order is not None
-            units = victim_units([job], self._order)
-            if not _same(units, [entry[3] for entry in kept]):
+            units = victim_units([job], self._victim_order())
+            if kept is None or not _same(units, [entry[3] for entry in kept]):
                 redone[id(job)] = self._entries_of(job, units)
         return redone
 
