@@ -84,7 +84,8 @@ def walk(
         key = sure.key_of(job)
         sure.tried(job)
         if same_rank is not None and sure.failed.clears == clears:  # nothing moved: ranks stand
-            sure.tried_all(order.take_run(job, _joins_run(sure, quiet, reasons, job, key, same_rank)))
+            for other in order.take_run(job, _joins_run(sure, quiet, reasons, job, key, same_rank)):
+                sure.tried(other)
         order.done(job)
         if sure.all_fail():
             settle(ctx, sure.incomplete.values(), sure.groups.items(), sure.failed, step, quiet)
@@ -255,30 +256,21 @@ class SureToFail:
 
     def tried(self, job: Job) -> None:
         """The job left the line."""
-        self.tried_all((job,))
-
-    def tried_all(self, jobs: Iterable[Job]) -> None:
-        """These jobs left the line (a run the walk took at once: their count synced
-        once, not per job)."""
+        if id(job) not in self.keys:
+            self.incomplete.pop(id(job), None)
+            return
         self._sync()
-        keys, incomplete, failed = self.keys, self.incomplete, self.failed
-        unsure = 0
-        for job in jobs:
-            if id(job) not in keys:
-                incomplete.pop(id(job), None)
-                continue
-            key = keys.pop(id(job))
-            groups = self.groups
-            group = groups.get(key)
-            if group is None or group.pop(job.info.name, None) is None:
-                groups = self.capped
-                group = groups[key]
-                group.pop(job.info.name)
-            if not group:  # a line kept for long meets many keys: keep only those in it
-                del groups[key]
-            if key is None or not failed.known(key):
-                unsure += 1
-        self._unsure -= unsure
+        key = self.keys.pop(id(job))
+        groups = self.groups
+        group = groups.get(key)
+        if group is None or group.pop(job.info.name, None) is None:
+            groups = self.capped
+            group = groups[key]
+            group.pop(job.info.name)
+        if not group:  # a line kept for long meets many keys: keep only those in it
+            del groups[key]
+        if not self._sure(key):
+            self._unsure -= 1
 
     def pushed_back(self, job: Job) -> None:
         self.tried(job)

@@ -127,7 +127,7 @@ class Candidates:
         if not pieces:
             none = np.zeros(0, dtype=np.int64)
             return none, none.copy(), np.zeros((0, self.width)), none.copy()
-        counts = np.array([len(u.tasks) for u in self.units], dtype=np.int64)
+        counts = np.diff(self._starts, append=len(self._tasks))  # each unit's tasks
         return (
             np.concatenate([piece[0] for piece in pieces]),
             np.repeat(np.arange(len(pieces), dtype=np.int64), counts),

@@ -221,31 +221,23 @@ def _evict_until_fits(
     stmt = ctx.stmt
     start = stmt.checkpoint()
     taken: list[Unit] = []
-    left = list(enumerate(units))  # (victim-order index, unit): not yet taken or refused
-    while (u := _next_of(left, allowed, giving)) is not None:
+    refused: set[int] = set()
+
+    def ok(u: Unit) -> bool:
+        if not u.live() or id(u) in refused:
+            return False
+        if not allowed(u):
+            refused.add(id(u))
+            return False
+        return True
+
+    while (u := next_victim(units, ok, giving)) is not None:
         evict_unit(ctx, u, action, reason(u))
         taken.append(u)
         if ctx.placer.fits(task, here, future=True).any():
             return keep_fewest(ctx, start, taken, action, reason, lambda: _fits(ctx, task, here))
     stmt.rollback(start)
     return None
-
-
-def _next_of(left: list[tuple[int, Unit]], allowed: Allowed, giving: GivingOrder | None) -> Unit | None:
-    """next_victim over `left`, asking `allowed` of the same units in the same order:
-    the first it accepts, or with a giving order the first of those it accepts now. A
-    unit leaves `left` for good once taken (it no longer runs) or refused (a refused one
-    is not asked again); the others are asked again next time, as the standings move
-    with each victim."""
-    if giving is None:
-        for at, (_, u) in enumerate(left):
-            if u.live() and allowed(u):
-                del left[:at]
-                return u
-        left.clear()
-        return None
-    left[:] = [(i, u) for i, u in left if u.live() and allowed(u)]
-    return giving.first(left)[1] if left else None
 
 
 def _fits(ctx: CycleContext, task: Task, here: np.ndarray) -> bool:

@@ -127,9 +127,8 @@ class CycleCache:
         for action in actions:
             if action in _WALK_GANGS:
                 self.line.gang_keys(action)
-        if "reclaim" in actions or "preempt" in actions:  # the actions that search the policy's victims
-            assert self.state is not None and self._policy is not None
-            self.victims.start(self._policy.victim_order, self.state.nodes.idle.shape[1])
+        assert self.state is not None and self._policy is not None
+        self.victims.start(self._policy.victim_order, self.state.nodes.idle.shape[1])  # O(1): made when asked
         return KeptGangs(self.line, self.outcomes, self.victims)
 
     def restore(self, stmt: Statement) -> None:
