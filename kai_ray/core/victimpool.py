@@ -230,6 +230,8 @@ class VictimPool:
         self.members = candidates.places(members)
         self.live = np.zeros(len(self.units), dtype=bool)
         self.live[self.members] = candidates.live(ctx.stmt.running_mark)[self.members]
+        self._queues: list[int] | None = None  # the members' queues
+        self._takes: tuple[object, int, np.ndarray] | None = None  # the last _taken_by: (ever, mark, mask)
 
     def on_node(self, node: int) -> list[Unit]:
         live, units = self.live, self.units
@@ -238,6 +240,7 @@ class VictimPool:
     def gone(self, evicted: Sequence[Unit]) -> None:
         for u in evicted:
             self.live[self.candidates.index[id(u)]] = False
+        self._takes = None
 
     def ranks(self) -> np.ndarray:
         """Each unit's place in the order victims are taken now: victim order, or, with
@@ -252,35 +255,68 @@ class VictimPool:
         result: np.ndarray = place[self.unit_queue] * len(self.units) + order
         return result
 
-    def nodes_worth_freeing(self, task: Task, mask: np.ndarray) -> np.ndarray:
-        """Nodes where evicting live victims could make room: least missing room first;
-        for a spreading job, then the node holding the fewest of its tasks (the spread
-        stays as even as allocate would make it); then the node whose victims come first
-        in victim order (as a global youngest-first search would take them); node order."""
+    def nodes_worth_freeing(
+        self, task: Task, mask: np.ndarray, tries: int, ever: Callable[[int], bool] | None = None
+    ) -> np.ndarray:
+        """The first `tries` nodes where evicting live victims could make room: least
+        missing room first; for a spreading job, then the node holding the fewest of its
+        tasks (the spread stays as even as allocate would make it); then the node whose
+        victims come first in victim order (as a global youngest-first search would take
+        them); node order. Of those, the nodes where the victims `ever` takes (by queue,
+        as may_fit) could make room: on the others the search would evict all it may and
+        take it back (the order and the cut at `tries` are as without `ever`, so the
+        nodes tried and what they give are the same)."""
         nodes = self.ctx.state.nodes
-        n = len(nodes)
         alive = self.live[self.task_unit]
         if not alive.any():  # nothing left to take: no node is worth freeing (and no pass over them)
             return np.empty(0, dtype=np.intp)
-        where = self.task_node[alive]
-        freeable = np.zeros_like(nodes.idle)
-        np.add.at(freeable, where, self.task_demand[alive])
-        none = np.iinfo(np.int64).max
-        first = np.full(n, none, dtype=np.int64)
-        np.minimum.at(first, where, self.ranks()[self.task_unit[alive]])
         room = nodes.idle + nodes.releasing
-        ok = mask & (first < none)
-        for c in np.flatnonzero(task.demand):
-            ok &= room[:, c] + freeable[:, c] >= task.demand[c] - EPS
+        where = self.task_node[alive]
+        none = np.iinfo(np.int64).max
+        first = np.full(len(nodes), none, dtype=np.int64)
+        np.minimum.at(first, where, self.ranks()[self.task_unit[alive]])
+        candidates = np.flatnonzero(mask & (first < none) & self._could_fit(task, room, alive))
         col = 0 if (task.demand[0] > 0 or task.fraction_request) else 1
-        candidates = np.flatnonzero(ok)
         missing = np.maximum(0.0, task.demand[col] - room[candidates, col])
         keys = [candidates, first[candidates]]
         if task.job.info.spread:
             held = self.ctx.placer.own_counts(task.job)
             keys.append(np.array([held.get(n, 0) for n in candidates.tolist()], dtype=np.int64))
-        order = np.lexsort((*keys, missing))
-        return candidates[order]
+        tried: np.ndarray = candidates[np.lexsort((*keys, missing))][:tries]
+        takes = self._taken_by(ever)
+        if takes is self.live or not len(tried):
+            return tried
+        freeable: np.ndarray = tried[self._could_fit(task, room, takes[self.task_unit])[tried]]
+        return freeable
+
+    def _could_fit(self, task: Task, room: FloatArray, taken: np.ndarray) -> np.ndarray:
+        """Per node: whether the task fits there with the `taken` tasks gone."""
+        freeable = np.zeros_like(room)
+        np.add.at(freeable, self.task_node[taken], self.task_demand[taken])
+        ok = np.ones(len(room), dtype=bool)
+        for c in np.flatnonzero(task.demand):
+            ok &= room[:, c] + freeable[:, c] >= task.demand[c] - EPS
+        return ok
+
+    def _taken_by(self, ever: Callable[[int], bool] | None) -> np.ndarray:
+        """The live members whose queue `ever` accepts (`self.live` itself when all).
+        Kept while the same evictions stand: `ever` reads the standings, which only an
+        eviction moves inside one search (its job's tasks are placed on its own side)."""
+        if ever is None:
+            return self.live
+        mark = self.ctx.stmt.running_mark
+        if self._takes is not None and self._takes[0] is ever and self._takes[1] == mark:
+            return self._takes[2]
+        if self._queues is None:
+            self._queues = np.unique(self.unit_queue[self.members]).tolist()
+        refused = [q for q in self._queues if not ever(q)]
+        takes = self.live
+        if refused:
+            accepted = np.ones(len(self.ctx.state.tree), dtype=bool)
+            accepted[refused] = False
+            takes = self.live & accepted[self.unit_queue]
+        self._takes = (ever, mark, takes)
+        return takes
 
     def may_fit(self, tasks: Sequence[Task], ever: Callable[[int], bool] | None) -> bool:
         """False when the tasks fit nowhere even with every live member that `ever`
@@ -292,12 +328,7 @@ class VictimPool:
         bounded here (True)."""
         if any(t.fraction_request for t in tasks):
             return True
-        takes = self.live.copy()
-        if ever is not None:
-            queues = self.unit_queue[takes]
-            refused = [q for q in np.unique(queues).tolist() if not ever(q)]
-            if refused:
-                takes[np.flatnonzero(takes)[np.isin(queues, refused)]] = False
+        takes = self._taken_by(ever)
         nodes = self.ctx.state.nodes
         room = nodes.idle + nodes.releasing
         taken = takes[self.task_unit]

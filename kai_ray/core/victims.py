@@ -172,7 +172,7 @@ def free_room_for(
         # Only nodes the task may use are freed: victims elsewhere would not help it.
         mask = ctx.placer.task_mask(task, ctx.placer.job_mask(job))
         spot = ctx.placer.spot(task, mask, allow_pipeline=True)
-        if spot is None and not _free_a_node(ctx, task, mask, pool, allowed, action, reason):
+        if spot is None and not _free_a_node(ctx, task, mask, pool, allowed, action, reason, ever):
             ctx.stmt.rollback(start)
             return Freed.NO_ROOM
         if spot is not None:
@@ -190,8 +190,9 @@ def _free_a_node(
     allowed: Allowed,
     action: str,
     reason: EvictReason,
+    ever: Callable[[int], bool] | None,
 ) -> bool:
-    for node in pool.nodes_worth_freeing(task, mask)[:MAX_NODES_TRIED].tolist():
+    for node in pool.nodes_worth_freeing(task, mask, MAX_NODES_TRIED, ever).tolist():
         here = np.zeros_like(mask)
         here[node] = True
         taken = _evict_until_fits(ctx, task, here, pool.on_node(node), pool.giving, allowed, action, reason)

@@ -5,8 +5,10 @@ go wrong if they kept too much. Random sequences: test_incremental.py."""
 from __future__ import annotations
 
 import dataclasses
+import gc
 
 from kai_ray.core import UNLIMITED, CycleCache, QueueInfo, SchedulerConfig, TaskStatus, run_cycle
+from kai_ray.core.cluster import Job
 from kai_ray.core.model import Bind, Evict
 from kai_ray.core.policy import DEFAULT_POLICY, Policy
 from tests.core.test_incremental import World, both, node
@@ -214,3 +216,25 @@ def test_a_run_takes_only_jobs_that_have_their_reason() -> None:
     assert result == run_cycle(world.snapshot(), world.config, world.now)
     assert a1 not in result.waiting
     assert {result.waiting[a2].code, result.waiting[a3].code} == {"fair-share"}
+
+
+def test_jobs_that_came_and_finished_while_nothing_waits_are_let_go() -> None:
+    """A gang waits once (the actions keep what they found), then nothing waits while
+    running jobs come and finish: the cache must not hold on to them. A scheduler runs
+    for months; what it keeps of jobs that are gone is a leak."""
+    world = World([node(i, 4, 16.0) for i in range(2)], SchedulerConfig())
+    cache = CycleCache()
+    world.apply(("submit", 0, 9, "a", 50, False, "", False, False))  # nine GPUs: waits
+    decide(world, cache)
+    world.apply(("finish", 0))
+    decide(world, cache)
+    finished: set[str] = set()
+    for _ in range(5):
+        world.apply(("submit", 0, 1, "c", 50, False, "", False, True))
+        finished.add(world.jobs[0].name)
+        decide(world, cache)
+        world.apply(("finish", 0))
+        decide(world, cache)
+    assert cache.state is not None and not cache.state.jobs
+    gc.collect()
+    assert [o.info.name for o in gc.get_objects() if isinstance(o, Job) and o.info.name in finished] == []

@@ -71,7 +71,8 @@ class KeptGangs:
     ) -> None:
         view = _GangView(ctx, self.line, action)
         if view.empty():
-            return  # no gang waits: nothing to step, nothing found to keep
+            self.outcomes.nothing_waits(action)  # nothing to step, nothing found to keep
+            return
         world = self.outcomes.world(ctx)
         keyed = {key: job for key, job in view.representatives().items() if key is not None}
         self.outcomes.seed(action, world, failed, keyed, takes_from, verdicts)

@@ -90,7 +90,7 @@ class SearchOutcomes:
     def victims_changed(self, job: Job, came: bool) -> None:
         """A job that may be a victim, with running tasks, came (or left) with a patch."""
         self.epoch += 1
-        if came:
+        if came and self._kept:  # read only against a state kept before it came
             self._came.append((self.epoch, job))
 
     def world(self, ctx: CycleContext) -> World:
@@ -165,7 +165,16 @@ class SearchOutcomes:
         self._kept[action] = _Kept(world, dict(failed.at_start()))
         self._trim()
 
+    def nothing_waits(self, action: str) -> None:
+        """The action began with no gang waiting: it found no failure to keep. Its old
+        ones go, and with them the candidates that came since their state (kept only to
+        be read against it): a cluster where nothing waits keeps nothing, however many
+        jobs come and go."""
+        if self._kept.pop(action, None) is not None:
+            self._trim()
+
     def _trim(self) -> None:
+        """Only the candidates that came since the oldest kept state are read."""
         oldest = min((k.world.candidates for k in self._kept.values()), default=self.epoch)
         if self._came and self._came[0][0] <= oldest:
             self._came = [(e, j) for e, j in self._came if e > oldest]
