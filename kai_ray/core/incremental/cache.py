@@ -124,6 +124,7 @@ class CycleCache:
     def kept(self, actions: Sequence[str]) -> KeptGangs:
         """The actions that evict: their lines, keyed as the snapshot has the jobs (so,
         before the cycle changes any), and the failures kept for them."""
+        self.line.begin_cycle()
         for action in actions:
             if action in _WALK_GANGS:
                 self.line.gang_keys(action)

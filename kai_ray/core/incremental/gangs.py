@@ -9,7 +9,8 @@ the same decisions come from three caches:
 - **The line, kept.** The cycle cache's waiting line keeps the incomplete gangs in job
   order and grouped by each action's search key (waitingline.py), patched as jobs come
   and go. An action takes it as it is, with the jobs this cycle touched taken out and,
-  where they still wait as incomplete gangs, put back as they are now.
+  where they still wait as incomplete gangs, put back as they are now, and with the
+  gangs that came with this cycle's patch (they join the kept line a cycle later).
 - **Failures, kept** (outcomes.py): a failure found as the action began, with what it
   rests on; the same action of the next cycle starts knowing it if that is unchanged.
 - **Settling by key.** Before walking, the action searches once for each key not known
@@ -134,7 +135,8 @@ class _FoundSuccesses:
 
 class _GangView:
     """The incomplete gangs waiting as an action begins: the kept line's, less the jobs
-    this cycle touched (`gone`), plus those of them that wait as incomplete gangs now."""
+    this cycle touched (`gone`), plus those of them that wait as incomplete gangs now and
+    those that came with this cycle's patch (`back`)."""
 
     def __init__(self, ctx: CycleContext, line: WaitingLine, action: str) -> None:
         self.ctx, self.line, self.action = ctx, line, action
@@ -143,7 +145,10 @@ class _GangView:
         self.gone = {
             id(job) for job in touched if id(job) in self.base.keys or id(job) in self.base.incomplete
         }
+        # Back in line as they are now: the gangs it touched that still wait incomplete,
+        # and those new this cycle (not in the kept line yet) that it has not touched.
         self.back = [job for job in touched if job.pending_count and not job.is_whole()]
+        self.back += [job for job in line.new() if job not in touched]
         self.extra = SureToFail(self.back, FailedSearches(), action)
         self._reps: dict[FailureKey | None, Job] | None = None
         self._groups: list[tuple[FailureKey | None, dict[str, Job]]] | None = None

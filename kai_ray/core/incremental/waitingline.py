@@ -4,7 +4,10 @@ Per leaf queue, the jobs with pending tasks as the snapshot has them, in the pol
 order (entries `(*job key, job.order, job)`, kept sorted), and allocate's SureToFail for
 them (their search keys, grouped). A cycle builds one from its state; the cycle cache
 (cache.py) keeps one between cycles and adds or removes only the jobs that came or
-went, so that a steady cycle neither keys nor sorts a thousand waiting jobs again.
+went, so that a steady cycle neither keys nor sorts a thousand waiting jobs again. The
+evicting actions' lines (their incomplete gangs, keyed per action) take a job one cycle
+after it came (`begin_cycle`; the cycle it came in takes it as `new`): where little
+waits, most jobs are placed in the cycle they come and are never keyed for them.
 
 Why that is the same line: a job's order key and search key are read from the job alone
 (its info, its tasks' states, its order), and a job the cache keeps is exactly as the
@@ -45,6 +48,12 @@ class WaitingLine:
         # and per such action their search keys, grouped: made when first asked for.
         self._gangs: dict[int, list[tuple[Any, ...]]] | None = None
         self._gang_keys: dict[str, SureToFail] = {}
+        # Incomplete gangs not in those yet: most are placed in the cycle they come and
+        # leave with the next patch, never keyed for the actions that evict. Those that
+        # came with the patch being made (`_arriving`) are this cycle's `_new` once it
+        # begins, and join the kept lines as the next one begins, if still in line.
+        self._arriving: dict[int, Job] = {}
+        self._new: dict[int, Job] = {}
 
     def __len__(self) -> int:
         return len(self._entry)
@@ -67,10 +76,7 @@ class WaitingLine:
         if self._sure is not None:
             self._sure.add(job)
         if self._gangs is not None and not job.is_whole():
-            line = self._gangs.setdefault(job.queue, [])
-            line.insert(bisect.bisect_right(line, entry), entry)
-            for keys in self._gang_keys.values():
-                keys.add(job)
+            self._arriving[id(job)] = job
 
     def remove(self, job: Job) -> None:
         """A job in line went (finished, changed, or no longer pending)."""
@@ -84,6 +90,8 @@ class WaitingLine:
         self._names.pop(job.queue, None)
         if self._sure is not None:
             self._sure.tried(job)
+        if self._arriving.pop(id(job), None) is not None or self._new.pop(id(job), None) is not None:
+            return  # not among the incomplete gangs yet
         if self._gangs is not None and not job.is_whole():
             line = self._gangs[job.queue]
             del line[bisect.bisect_left(line, entry)]
@@ -107,6 +115,24 @@ class WaitingLine:
             jobs = [entry[-1] for line in self.lines.values() for entry in line]
             self._sure = SureToFail(jobs, FailedSearches(), "allocate", True, self.is_capped)
         return self._sure.fork(failed)
+
+    def begin_cycle(self) -> None:
+        """As a cycle begins, before it changes any job: the incomplete gangs new to the
+        last cycle that are still in line join the kept lines, keyed as the snapshot
+        has them; those that came with this cycle's patch are its `new` ones."""
+        for job in self._new.values():
+            entry = self._entry[id(job)]
+            assert self._gangs is not None, "a gang waits to join lines that are made"
+            line = self._gangs.setdefault(job.queue, [])
+            line.insert(bisect.bisect_right(line, entry), entry)
+            for keys in self._gang_keys.values():
+                keys.add(job)
+        self._new, self._arriving = self._arriving, {}
+
+    def new(self) -> list[Job]:
+        """The incomplete gangs in line that came with this cycle's patch: not in the
+        kept lines (gang_lines, gang_keys) this cycle."""
+        return list(self._new.values())
 
     def gang_lines(self) -> dict[int, list[tuple[Any, ...]]]:
         """Per leaf queue, the entries of the jobs whose gang is incomplete, in line (the
