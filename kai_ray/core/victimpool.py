@@ -286,8 +286,8 @@ class VictimPool:
         takes = self._taken_by(ever)
         if takes is self.live or not len(tried):
             return tried
-        freeable: np.ndarray = tried[self._could_fit(task, room, takes[self.task_unit])[tried]]
-        return freeable
+        worth: np.ndarray = tried[self._could_fit(task, room, takes[self.task_unit])[tried]]
+        return worth
 
     def _could_fit(self, task: Task, room: FloatArray, taken: np.ndarray) -> np.ndarray:
         """Per node: whether the task fits there with the `taken` tasks gone."""
