@@ -69,6 +69,18 @@ def _add_submit(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     submit.add_argument(
         "--grace-period", type=float, default=10.0, help="seconds between the preemption notice and the stop"
     )
+    submit.add_argument(
+        "--max-runtime",
+        default=None,
+        help="the most it may run (seconds, or e.g. 90m, 2h): then it gets its notice and "
+        "grace period and is stopped",
+    )
+    submit.add_argument(
+        "--expected-runtime",
+        default=None,
+        help="how long it is expected to run (seconds, or e.g. 2h): when waiting work starts "
+        "is forecast from it",
+    )
     submit.add_argument("--name", default="")
     submit.add_argument(
         "--submission-id",
@@ -119,8 +131,10 @@ def _submit(args: argparse.Namespace) -> int:
             entrypoint=shlex.join(command),
             runtime_env=_runtime_env(args),
             handoff=args.handoff,
+            max_runtime=args.max_runtime,
+            expected_runtime=args.expected_runtime,
         )
-    except (ValueError, UnknownPriorityClassError, ConfigError) as exc:
+    except (ValueError, UnknownPriorityClassError, ConfigError, SubmitError) as exc:
         return fail(f"job submit: {exc}")
     sched = running_scheduler(args.address)
     try:

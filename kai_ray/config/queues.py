@@ -76,6 +76,9 @@ class QueueBody(StrictModel):
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     preempt_min_runtime: Duration | None = None
     reclaim_min_runtime: Duration | None = None
+    # Defaults for its workloads that declare none (seconds of run time).
+    expected_runtime: Duration | None = None
+    max_runtime: Duration | None = None
 
 
 class QueueSpec(QueueBody):
@@ -203,7 +206,17 @@ def queue_info(
         over_quota_weight=(weight[0], weight[1], weight[2]),
         preempt_min_runtime=body.preempt_min_runtime,
         reclaim_min_runtime=body.reclaim_min_runtime,
+        expected_runtime=_positive_runtime(name, "expectedRuntime", getattr(body, "expected_runtime", None)),
+        max_runtime=_positive_runtime(name, "maxRuntime", getattr(body, "max_runtime", None)),
     )
+
+
+def _positive_runtime(queue: str, key: str, value: float | None) -> float | None:
+    if value is not None and value <= 0:
+        raise ConfigError(
+            f"{key} = {value:g}s must be above 0 (leave it out for none)", field=f"queue {queue!r}"
+        )
+    return value
 
 
 def _triple(spec: ResourceSpec | KaiResourceSpec) -> tuple[float, float, float]:

@@ -23,6 +23,7 @@ from typing import Any
 from kai_ray.control import lifecycle as lc
 from kai_ray.control.cycles import CycleFn, Cycles
 from kai_ray.control.events import ControlEvent, WorkloadChanged
+from kai_ray.control.forecast import Eta, Forecaster, forecast
 from kai_ray.control.loop import CycleListener, SchedulingLoop, StepResult
 from kai_ray.control.planner import Plan
 from kai_ray.control.ports import Clock, Executor, NodeSource, Store
@@ -30,7 +31,7 @@ from kai_ray.control.queues import QueueChange, plan_apply, plan_delete, queue_f
 from kai_ray.control.snapshot import NODE_TOPOLOGY, Lazily, held_by_workloads, same_nodes
 from kai_ray.control.table import WORKLOAD_KEY, WorkloadTable
 from kai_ray.control.usage import UsageHistory
-from kai_ray.control.validate import SubmitError, same_spec, validate_spec
+from kai_ray.control.validate import SubmitError, check_runtimes, same_spec, validate_spec
 from kai_ray.control.views import WorkloadView, owned_view, workload_view
 from kai_ray.control.workload import HOLDING, SlotState, State, Workload, WorkloadSpec, group_owner
 from kai_ray.core import (
@@ -75,6 +76,7 @@ class Controller(WorkloadTable):
         super().__init__(executor, store, clock, node_label)
         self.cluster = cluster
         self.queues = list(plan_apply([], queues, {}).queues) if queues else []
+        self.runtimes.set_queues(self.queues)
         config = config or SchedulerConfig()
         topologies = {**config.topologies, NODE_TOPOLOGY: Topology(NODE_TOPOLOGY, (node_label,))}
         self.config = dataclasses.replace(config, topologies=topologies)
@@ -89,6 +91,7 @@ class Controller(WorkloadTable):
         # normalised resources per worker.
         self._accepted: dict[tuple[Any, ...], dict[str, float]] = {}
         self._refresh, self._follow = True, True  # what the next observe does
+        self.forecaster = Forecaster(self._forecast)  # when waiting workloads start
 
     # ------------------------------------------------------------ start-up
 
@@ -98,6 +101,7 @@ class Controller(WorkloadTable):
         queues = self.records.get("queues")
         if queues is not None:
             self.queues = [queue_from_json(q) for q in queues]
+            self.runtimes.set_queues(self.queues)
         self.refresh_nodes()
         live = self.executor.live_groups()
         now = self.clock.now()
@@ -140,6 +144,8 @@ class Controller(WorkloadTable):
                 )
             return first
         self.validate(spec)
+        if spec.max_runtime is None:  # its queue's default, fixed at submission
+            spec.max_runtime = self.runtimes.max_runtime_of_queue(spec.queue)
         now = self.clock.now()
         w = Workload(id=wid, spec=spec, created_at=now, since=now, queued_at=now)
         w.history.append((now, "", State.QUEUED.value, "submitted"))
@@ -152,6 +158,7 @@ class Controller(WorkloadTable):
         """validate_spec against the cluster and queues now. A shape of workload already
         accepted on the same nodes and queues is not checked again (a thousand alike in
         one submission cost one check); its resources are normalised the same way."""
+        check_runtimes(spec)
         if not self.nodes:
             self.refresh_nodes()
         shape = (
@@ -223,6 +230,7 @@ class Controller(WorkloadTable):
 
     def _set_queues(self, queues: Sequence[QueueInfo]) -> None:
         self.queues = list(queues)
+        self.runtimes.set_queues(self.queues)
         self._accepted.clear()
         self.records.save("queues", [dataclasses.asdict(q) for q in queues])
 
@@ -283,6 +291,7 @@ class Controller(WorkloadTable):
         if self._follow:
             for w in list(self.workloads.values()):
                 self._follow_one(w, now)
+        self._stop_overrunning(now)
         jobs = []
         for w in self.workloads.values():
             if w.terminal or w.waiting_to_retry(now):  # backing off: keeps its reason
@@ -294,6 +303,17 @@ class Controller(WorkloadTable):
         return ClusterSnapshot(
             nodes=list(self.nodes.values()), queues=self.queues, jobs=jobs, can_grow=self.cluster_grows
         )
+
+    def _stop_overrunning(self, now: float) -> None:
+        """Workloads that reached their max runtime get their notice (looked at every
+        step, followed or not: only those with a limit that run are kept in `timed`)."""
+        for wid in list(self.timed):
+            w = self.workloads.get(wid)
+            over = w.runtime_over_at() if w is not None else None
+            if w is None or over is None:
+                self.timed.pop(wid, None)
+            elif over <= now:
+                self.fire(w, lc.RuntimeOver(), now, "stopping it at its max runtime")
 
     def _follow_one(self, w: Workload, now: float) -> None:
         """One workload's observations, isolated from the others'. A running workload is
@@ -381,7 +401,17 @@ class Controller(WorkloadTable):
         return self.drain()
 
     def views(self, now: float) -> list[WorkloadView]:
-        return [owned_view(w, self.nodes) for w in self.workloads.values()]
+        etas = self.forecaster.get(now)
+        return [owned_view(w, self.nodes, etas.get(w.id)) for w in self.workloads.values()]
 
     def info(self, wid: str) -> dict[str, Any]:
-        return workload_view(self.get(wid), self.positions.get(wid))
+        w, now = self.get(wid), self.clock.now()
+        eta = self.forecaster.eta(wid, now) if w.state is State.QUEUED else None
+        return workload_view(w, self.positions.get(wid), eta, now)
+
+    def _forecast(self, now: float) -> dict[str, Eta]:
+        """The forecast from the table as it stands (what the last cycle placed is
+        admitting, not waiting)."""
+        jobs = [self.infos.get(w) for w in self.workloads.values() if not w.terminal]
+        snapshot = ClusterSnapshot(nodes=list(self.nodes.values()), queues=self.queues, jobs=jobs)
+        return forecast(snapshot, now, self.runtimes, self.queue_status)

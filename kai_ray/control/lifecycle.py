@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kai_ray.control.planner import JobPlan
+from kai_ray.control.runtime import format_duration
 from kai_ray.control.workload import HOLDING, Slot, SlotState, State, TransitionError, Workload, task_index
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "Release",
     "Reserve",
     "RunnerStarted",
+    "RuntimeOver",
     "Start",
     "Started",
     "Stop",
@@ -154,6 +156,11 @@ class TasksEvicted:
 
 
 @dataclass(frozen=True, slots=True)
+class RuntimeOver:
+    """It has run for its max runtime (spec.max_runtime, earlier attempts counted)."""
+
+
+@dataclass(frozen=True, slots=True)
 class GraceOver:
     """A preempted workload's grace period ended."""
 
@@ -213,6 +220,7 @@ Event = (
     | SurplusReady
     | SurplusDue
     | TasksEvicted
+    | RuntimeOver
     | GraceOver
     | NodesLost
     | GroupsLost
@@ -342,10 +350,23 @@ def _evict(w: Workload, e: TasksEvicted, now: float, words: Words) -> list[Effec
     return [notice]
 
 
+def _runtime_over(w: Workload, e: RuntimeOver, now: float, words: Words) -> list[Effect]:
+    """Stopped for good, the way a preemption stops it: the notice, the grace period,
+    then the end (a failure, with this reason, instead of a place back in line)."""
+    limit = w.spec.max_runtime or 0.0
+    w.stop_reason = f"stopped: it ran past its max runtime of {format_duration(limit)}"
+    w.deadline = now + max(0.0, w.spec.grace_period)
+    _move(w, State.PREEMPTING, now, f"{w.stop_reason}; stopping at the deadline")
+    notice = Notify({"reason": w.stop_reason, "deadline": w.deadline, "attempt": w.attempt})
+    if w.deadline <= now:
+        return [notice, *_grace_over(w, GraceOver(), now, words)]
+    return [notice]
+
+
 def _grace_over(w: Workload, e: GraceOver, now: float, words: Words) -> list[Effect]:
     why = w.reason.removesuffix("; stopping at the deadline")
     effects = _release_all(w)
-    if w.spec.on_preempt == "fail":
+    if w.stop_reason or w.spec.on_preempt == "fail":
         w.error = why
         _move(w, State.FAILED, now, why)
     else:
@@ -463,6 +484,7 @@ HANDLERS: dict[tuple[State, type], Handler] = {
     (State.RUNNING, SurplusDue): _surplus_due,
     (State.ADMITTING, TasksEvicted): _evict,
     (State.RUNNING, TasksEvicted): _evict,
+    (State.RUNNING, RuntimeOver): _runtime_over,
     (State.PREEMPTING, GraceOver): _grace_over,
     (State.RUNNING, Started): _started,
     (State.ADMITTING, RunnerStarted): _runner_started,

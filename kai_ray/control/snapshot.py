@@ -97,6 +97,9 @@ def job_info(w: Workload, node_label: str) -> JobInfo:
         created_at=w.created_at,
         topology=topology,
         spread=_SPREAD.get(w.spec.strategy, ""),
+        expected_runtime=w.spec.expected_runtime,
+        max_runtime=w.spec.max_runtime,
+        ran=w.ran,
     )
 
 

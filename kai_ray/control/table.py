@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from kai_ray.control import lifecycle as lc
 from kai_ray.control.events import Admitted, ControlEvent, Preempted, WorkloadChanged
 from kai_ray.control.ports import BackendError, Clock, Executor, Store, WorkerPlacement
+from kai_ray.control.runtime import Runtimes, shape_key
 from kai_ray.control.snapshot import JobInfos, request_for
 from kai_ray.control.store import Records
 from kai_ray.control.workload import TERMINAL, State, Workload
@@ -43,6 +44,8 @@ class WorkloadTable:
         self.infos = JobInfos(node_label)  # each live workload as the core's JobInfo
         self._dirty: set[str] = set()
         self._finished: dict[str, None] = {}  # finished workloads, longest finished first
+        self.runtimes = Runtimes()  # expected run times: declared, the history, queue defaults
+        self.timed: dict[str, None] = {}  # running workloads with a max runtime
         self._events: list[ControlEvent] = []
 
     def get(self, wid: str) -> Workload:
@@ -57,6 +60,9 @@ class WorkloadTable:
             self.workloads[w.id] = w
         done = sorted((w for w in self.workloads.values() if w.terminal), key=lambda w: w.since)
         self._finished = dict.fromkeys(w.id for w in done)
+        self.timed = {
+            w.id: None for w in self.workloads.values() if w.state is State.RUNNING and w.spec.max_runtime
+        }
 
     # ------------------------------------------------------------ transitions and effects
 
@@ -73,9 +79,22 @@ class WorkloadTable:
             self._events.append(WorkloadChanged(w.id, w.spec.queue, old.value, w.state.value, w.reason, now))
         if old is State.ADMITTING and w.state is State.RUNNING:
             self._events.append(Admitted(w.id, w.spec.queue, now - w.queued_at))
+        if w.state is not old:
+            self._timed(w, old)
         if w.preemptions > preemptions and isinstance(event, lc.TasksEvicted):
             self._events.append(Preempted(w.id, w.spec.queue, event.why))
         return effects
+
+    def _timed(self, w: Workload, old: State) -> None:
+        """Keep `timed` to the running workloads with a max runtime (the controller
+        looks at them each step), and learn how long a workload took when it succeeds."""
+        if w.state is State.RUNNING and w.spec.max_runtime is not None:
+            self.timed[w.id] = None
+        else:
+            self.timed.pop(w.id, None)
+        if w.state is State.SUCCEEDED and old in (State.RUNNING, State.PREEMPTING):
+            request = self.infos.request(w)
+            self.runtimes.history.finished(shape_key(w.spec.queue, w.spec.workers, request), w.ran)
 
     def carry_out(self, w: Workload, effects: list[lc.Effect], now: float, doing: str) -> None:
         for effect in effects:

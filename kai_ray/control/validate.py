@@ -14,11 +14,13 @@ from collections.abc import Iterable, Sequence
 from kai_ray.control.snapshot import job_info, parse_resources, request_for
 from kai_ray.control.workload import Workload, WorkloadSpec
 from kai_ray.core import NodeInfo, QueueInfo, Request, device_share, gang_never_fits
+from kai_ray.core.quantity import parse_duration
 from kai_ray.core.queues import leaf_queue_problem, listing
 
 __all__ = [
     "STRATEGIES",
     "SubmitError",
+    "check_runtimes",
     "largest_fit",
     "listing",
     "queue_problem",
@@ -39,6 +41,22 @@ def queue_problem(name: str, queues: Sequence[QueueInfo]) -> str:
     return leaf_queue_problem(name, {q.name: q.parent for q in queues})
 
 
+def check_runtimes(spec: WorkloadSpec) -> None:
+    """expected_runtime and max_runtime: seconds above 0 (a duration such as "2h"
+    becomes seconds), or None."""
+    for name in ("expected_runtime", "max_runtime"):
+        value = getattr(spec, name)
+        if value is None:
+            continue
+        try:
+            seconds = parse_duration(value)
+        except ValueError as exc:
+            raise SubmitError(f"{name}={value!r}: {exc}") from None
+        if not seconds > 0 or seconds == float("inf"):
+            raise SubmitError(f"{name}={value!r}: must be a run time above 0 (leave it out for none)")
+        setattr(spec, name, seconds)
+
+
 def validate_spec(
     spec: WorkloadSpec,
     queues: Sequence[QueueInfo],
@@ -57,6 +75,7 @@ def validate_spec(
     problem = queue_problem(spec.queue, queues)
     if problem:
         raise SubmitError(problem)
+    check_runtimes(spec)
     if spec.workers < 1 or not 0 <= spec.min_workers <= spec.workers:
         raise SubmitError(
             f"workers={spec.workers}, min_workers={spec.min_workers}: need "

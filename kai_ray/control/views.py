@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kai_ray.control.forecast import Eta
 from kai_ray.control.snapshot import request_for
 from kai_ray.control.workload import HOLDING, SlotState, State, Workload
 from kai_ray.core import RESOURCES, NodeInfo, QueueInfo, QueueStatus
@@ -69,9 +70,10 @@ class WorkloadView:
     preemptions: int
     history: History
     holdings: tuple[Holding, ...] = ()
+    eta: Eta | None = None  # while queued: its forecast start (kai_ray.control.forecast)
 
 
-def owned_view(w: Workload, nodes: Mapping[str, NodeInfo]) -> WorkloadView:
+def owned_view(w: Workload, nodes: Mapping[str, NodeInfo], eta: Eta | None = None) -> WorkloadView:
     """A workload of the scheduler's own table, as people see it."""
     spec = w.spec
     per_worker = float(spec.resources_per_worker.get("GPU", 0.0))
@@ -98,6 +100,7 @@ def owned_view(w: Workload, nodes: Mapping[str, NodeInfo]) -> WorkloadView:
         preemptions=w.preemptions,
         history=w.history,
         holdings=_owned_holdings(w, nodes) if w.state in HOLDING else (),
+        eta=eta if w.state is State.QUEUED else None,
     )
 
 
@@ -111,9 +114,11 @@ def _owned_holdings(w: Workload, nodes: Mapping[str, NodeInfo]) -> tuple[Holding
     return tuple(out)
 
 
-def workload_view(w: Workload, pos: tuple[int, int] | None) -> dict[str, Any]:
+def workload_view(
+    w: Workload, pos: tuple[int, int] | None, eta: Eta | None = None, now: float = 0.0
+) -> dict[str, Any]:
     """What clients see of a workload (`Scheduler.info`); `pos` is its place in its
-    queue and the queue's length, while it is queued."""
+    queue and the queue's length, and `eta` its forecast start, while it is queued."""
     return {
         "id": w.id,
         "name": w.spec.name,
@@ -125,6 +130,10 @@ def workload_view(w: Workload, pos: tuple[int, int] | None) -> dict[str, Any]:
         "reason_code": w.reason_code if w.state is State.QUEUED else "",
         "position": pos[0] if pos else None,
         "queue_length": pos[1] if pos else None,
+        "eta": eta.as_dict(now) if eta is not None else None,
+        "expected_runtime": w.spec.expected_runtime,
+        "max_runtime": w.spec.max_runtime,
+        "ran_s": w.ran,
         "attempt": w.attempt,
         "group": w.gang_group if w.slots else None,
         "group_id": w.group_ids.get(w.gang_group) if w.slots else None,

@@ -130,6 +130,11 @@ class WorkloadSpec:
     # the nodes it was admitted to (Ray Train, Ray Serve create their own groups, which
     # cannot nest in ours). kai-ray keeps accounting the capacity as the job's.
     handoff: bool = False
+    # Seconds of run time: what it is expected to take (the forecast of when waiting work
+    # starts reads it; None: estimated from its queue and history), and the most it may
+    # take (then it gets its notice and grace period and is stopped; None: no limit).
+    expected_runtime: float | None = None
+    max_runtime: float | None = None
     entrypoint: str = ""  # kind == "job": the shell command
     runtime_env: dict[str, Any] = field(default_factory=dict)
     metadata: dict[str, str] = field(default_factory=dict)
@@ -188,6 +193,10 @@ class Workload:
     # kai-ray holds the resources), so each retry waits twice as long as the last.
     failed_admissions: int = 0
     retry_at: float | None = None
+    ran: float = 0.0  # seconds it ran in its earlier attempts (max_runtime counts them)
+    # Why it is being stopped for good rather than preempted (it ran past max_runtime):
+    # at the end of its grace period it fails with this reason instead of re-queueing.
+    stop_reason: str = ""
 
     # ------------------------------------------------------------ transitions
 
@@ -198,7 +207,16 @@ class Workload:
                 f"workload {self.id}: {self.state.value} -> {to.value} is not allowed ({reason})"
             )
         self.history.append((now, self.state.value, to.value, reason))
+        if self.state is State.RUNNING:
+            self.ran += now - self.since
         self.state, self.since, self.reason = to, now, reason
+
+    def runtime_over_at(self) -> float | None:
+        """While running: when it reaches its max runtime (None: no limit)."""
+        limit = self.spec.max_runtime
+        if self.state is not State.RUNNING or limit is None:
+            return None
+        return self.since + max(0.0, limit - self.ran)
 
     def admission_failed(self, now: float) -> float:
         """Count an admission whose group never became ready; the seconds to wait before
@@ -219,6 +237,9 @@ class Workload:
             times.append(self.retry_at)
         if self.state is State.RUNNING:
             times += [s.releasing_at for s in self.slots.values() if s.releasing_at is not None]
+            over = self.runtime_over_at()
+            if over is not None:
+                times.append(over)
         return min((t for t in times if t > now), default=None)
 
     def waiting_to_retry(self, now: float) -> bool:
@@ -287,6 +308,8 @@ class Workload:
             "handed_off": self.handed_off,
             "failed_admissions": self.failed_admissions,
             "retry_at": self.retry_at,
+            "ran": self.ran,
+            "stop_reason": self.stop_reason,
         }
 
     @classmethod

@@ -139,6 +139,10 @@ class QueueInfo:
     over_quota_weight: tuple[float, float, float] = (1.0, 1.0, 1.0)
     preempt_min_runtime: float | None = None  # None: inherit from the parent (default 0)
     reclaim_min_runtime: float | None = None
+    # Defaults for the run time of its workloads that declare none (seconds; None: none):
+    # read by the forecast (expected) and by the control plane's stop (max).
+    expected_runtime: float | None = None
+    max_runtime: float | None = None
 
 
 # Node labels whose value is the node's own identity: Kubernetes' hostname label, and
@@ -208,6 +212,12 @@ class JobInfo:
     # (like STRICT_SPREAD: a task that finds no node of its own waits); "" for none.
     spread: str = ""
     subgroups: Mapping[str, int] = field(default_factory=dict)
+    # Time, in seconds of run time (None: not known). Decisions do not read them: the
+    # forecast of when waiting work starts does (kai_ray.control.forecast). `ran`: the
+    # run time of its earlier runs (it was preempted), counted against both.
+    expected_runtime: float | None = None
+    max_runtime: float | None = None
+    ran: float = 0.0
 
     @property
     def gang_size(self) -> int:

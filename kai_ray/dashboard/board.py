@@ -140,6 +140,7 @@ def workload_row(v: WorkloadView, pos: tuple[int, int] | None, now: float) -> di
         reason_code=v.reason_code if queued else "",
         waiting_s=max(0.0, now - v.queued_at) if queued else None,
         nodes=list(v.nodes),
+        eta=v.eta.as_dict(now) if queued and v.eta is not None else None,
     )
     return row(position=pos, history=v.history, gpus=v.gpus, **fields)
 
@@ -147,7 +148,7 @@ def workload_row(v: WorkloadView, pos: tuple[int, int] | None, now: float) -> di
 _ROW_FIELDS = tuple(
     f.name
     for f in dataclasses.fields(WorkloadView)
-    if f.name not in ("queued_at", "history", "holdings", "gpus")
+    if f.name not in ("queued_at", "history", "holdings", "gpus", "eta")
 )
 
 

@@ -13,6 +13,7 @@ from typing import Any, Literal
 import ray
 
 from kai_ray.control import OWNER_KEY, QueueChangeError, SubmitError, WorkloadSpec
+from kai_ray.control.validate import check_runtimes
 from kai_ray.core import QueueInfo
 
 __all__ = [
@@ -219,7 +220,7 @@ def make_spec(
         )
     per_worker = worker_resources(resources_per_worker, num_cpus, num_gpus, memory, resources)
     resolved = PriorityClasses().resolve(priority, preemptible)
-    return WorkloadSpec(
+    spec = WorkloadSpec(
         queue=queue,
         priority=resolved.value,
         preemptible=resolved.preemptible,
@@ -235,6 +236,8 @@ def make_spec(
         admission_timeout=admission_timeout,
         **extra,
     )
+    check_runtimes(spec)  # "2h" -> 7200.0 here: a retried submission compares the same
+    return spec
 
 
 def worker_resources(

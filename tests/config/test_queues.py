@@ -261,3 +261,23 @@ def test_kai_ray_v2_documents_are_kais_shape_and_units() -> None:
     ours = one([{**kai("q", **spec), "apiVersion": "kai-ray.io/v2"}])
     assert ours == one([kai("q", **spec)])
     assert ours.quota[1:] == (1.5, 2000 * 1e6)
+
+
+# ------------------------------------------------------------------ run-time defaults
+
+
+def test_a_queue_may_give_its_workloads_default_run_times() -> None:
+    q = one([own("team", expectedRuntime="90m", maxRuntime="1d")])
+    assert (q.expected_runtime, q.max_runtime) == (5400.0, 86400.0)
+    assert one([[{"name": "plain"}]]).max_runtime is None
+
+
+@pytest.mark.parametrize(("key", "value"), [("maxRuntime", "0"), ("expectedRuntime", "-5m")])
+def test_a_run_time_default_at_or_below_zero_is_refused_naming_the_queue(key: str, value: str) -> None:
+    with pytest.raises(ConfigError, match=rf"queue 'team'.*{key}.*above 0"):
+        parse_queues([own("team", **{key: value})])
+
+
+def test_a_run_time_default_that_is_not_a_duration_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"maxRuntime.*not a duration"):
+        parse_queues([own("team", maxRuntime="soon")])

@@ -164,6 +164,14 @@ class ClusterBuilder:
     def failed(self, since: float = 0.0) -> ClusterBuilder:
         return self._task(TaskStatus.FAILED, since=since)
 
+    def runtime(
+        self, expected: float | None = None, limit: float | None = None, ran: float = 0.0
+    ) -> ClusterBuilder:
+        """The job's expected and max run time (seconds), and what its earlier runs took."""
+        assert self._job is not None, "call job() first"
+        self._job.expected_runtime, self._job.max_runtime, self._job.ran = expected, limit, ran
+        return self
+
     def grows(self) -> ClusterBuilder:
         """An autoscaler may add nodes (ClusterSnapshot.can_grow)."""
         self._can_grow = True
