@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from kai_ray.api.cliutil import CommandFailed, add_common, fail, output, running_scheduler, usage
+from kai_ray.api.render import eta_lines
 
 __all__ = ["add_commands"]
 
@@ -247,6 +248,7 @@ def _status(args: argparse.Namespace) -> int:
     lines = [f"{info['id']}: {info['state']} - {info['reason']}"]
     if info["position"]:
         lines.append(f"  position {info['position']} of {info['queue_length']} in queue {info['queue']}")
+    lines += eta_lines(info)
     lines += [f"  Ray job {j['submission_id']}: {j['status']}" for j in ray_jobs]
     if ray_jobs:
         lines.append(f"  output: kai-ray job logs {info['id']}")

@@ -6,7 +6,18 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["explain_text", "num", "plural", "queue_table", "status_text", "table", "workload_table"]
+from kai_ray.control.runtime import format_duration
+
+__all__ = [
+    "eta_lines",
+    "explain_text",
+    "num",
+    "plural",
+    "queue_table",
+    "status_text",
+    "table",
+    "workload_table",
+]
 
 
 def num(x: float | None, unlimited: bool = False) -> str:
@@ -121,6 +132,7 @@ def explain_text(info: dict[str, Any]) -> str:
     ]
     if info["position"]:
         lines.append(f"  position {info['position']} of {info['queue_length']} queued in {info['queue']}")
+    lines += eta_lines(info)
     q = info.get("queue_status")
     if q:
         lines.append(
@@ -137,6 +149,23 @@ def explain_text(info: dict[str, Any]) -> str:
     for at, old, new, why in info["history"]:
         lines.append(f"    +{at - t0:7.2f}s  {old or '-':>10} -> {new:<10} {why}")
     return "\n".join(lines)
+
+
+def eta_lines(info: dict[str, Any]) -> list[str]:
+    """Its forecast start (while it waits) and its run times, for explain and status."""
+    lines = []
+    eta = info.get("eta")
+    if eta:
+        when = f" (at {time.strftime('%H:%M:%S', time.localtime(eta['at']))})" if eta["at"] else ""
+        lines.append(f"  estimated start: {eta['text']}{when}")
+    limits = [
+        f"{word} {format_duration(info[key])}"
+        for key, word in (("expected_runtime", "expected run time"), ("max_runtime", "max runtime"))
+        if info.get(key)
+    ]
+    if limits:
+        lines.append("  " + ", ".join(limits))
+    return lines
 
 
 def _short(text: str, n: int) -> str:

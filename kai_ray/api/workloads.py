@@ -81,6 +81,12 @@ class WorkloadHandle:
     def reason(self) -> str:
         return str(self.info()["reason"])
 
+    def eta(self) -> dict[str, Any] | None:
+        """While it waits, when it is forecast to start: {"at": epoch seconds, "in_s":
+        seconds from now, "text": for people}; "at" is None when no start can be
+        forecast ("text" says why). None once it is not waiting."""
+        return self._scheduler.eta(self.id)
+
     def explain(self) -> dict[str, Any]:
         return self._scheduler.explain(self.id)
 

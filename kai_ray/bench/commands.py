@@ -85,6 +85,18 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     k8s.add_argument("--json", action="store_true")
     k8s.set_defaults(func=_run_k8s)
 
+    fc = kinds.add_parser(
+        "forecast",
+        help="the forecast of when each waiting workload starts, on a full cluster with a deep line",
+    )
+    fc.add_argument("--nodes", type=int, default=1000, help="nodes, each held by a running job")
+    fc.add_argument("--gpus-per-node", type=int, default=8)
+    fc.add_argument("--waiting", type=int, default=10_000, help="waiting workloads of mixed shapes")
+    fc.add_argument("--queues", type=int, default=50, help="leaf queues")
+    fc.add_argument("--repeat", type=int, default=5, help="forecasts to time (p50 and max reported)")
+    fc.add_argument("--json", action="store_true")
+    fc.set_defaults(func=_run_forecast)
+
     dash = kinds.add_parser(
         "dashboard",
         help="each dashboard page's time to show in headless Chromium, on many queues and workloads",
@@ -96,6 +108,13 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     dash.add_argument("--screenshots", default=None, help="folder to keep a screenshot of each page in")
     dash.add_argument("--json", action="store_true")
     dash.set_defaults(func=_run_dashboard)
+
+
+def _run_forecast(args: argparse.Namespace) -> int:
+    from kai_ray.bench.forecast import bench_forecast
+
+    sizes = (args.nodes, args.gpus_per_node, args.waiting, args.queues)
+    return _print(bench_forecast(*sizes, repeat=args.repeat), args.json)
 
 
 def _run_k8s(args: argparse.Namespace) -> int:

@@ -15,13 +15,13 @@ from kai_ray.core import (
     TaskStatus,
 )
 
-__all__ = ["cycle_cluster", "eviction_cluster", "steady_cluster"]
+__all__ = ["cycle_cluster", "eviction_cluster", "leaf_names", "nodes_of", "queues_of", "steady_cluster"]
 
 GI = 1024.0**3
 ONE_GPU = Request(gpu=1, cpu=4, memory=16 * GI)
 
 
-def _nodes(count: int, gpus: int) -> list[NodeInfo]:
+def nodes_of(count: int, gpus: int) -> list[NodeInfo]:
     return [
         NodeInfo(
             f"node-{i}",
@@ -34,7 +34,7 @@ def _nodes(count: int, gpus: int) -> list[NodeInfo]:
     ]
 
 
-def _queues(leaves: int, total_gpus: float, departments: int | None = None) -> list[QueueInfo]:
+def queues_of(leaves: int, total_gpus: float, departments: int | None = None) -> list[QueueInfo]:
     """Two levels: departments, each with its teams (leaf queues)."""
     departments = departments or max(1, leaves // 10)
     per_dept = -(-leaves // departments)
@@ -57,7 +57,7 @@ def _queues(leaves: int, total_gpus: float, departments: int | None = None) -> l
     return out
 
 
-def _leaf_names(queues: list[QueueInfo]) -> list[str]:
+def leaf_names(queues: list[QueueInfo]) -> list[str]:
     parents = {q.parent for q in queues}
     return [q.name for q in queues if q.name not in parents]
 
@@ -73,9 +73,9 @@ def cycle_cluster(
     half gangs of `gang_size` (one GPU per task); a third of the nodes already half used
     by running single-GPU jobs."""
     rng = random.Random(seed)
-    node_list = _nodes(nodes, gpus_per_node)
-    queue_list = _queues(queues, float(nodes * gpus_per_node))
-    leaves = _leaf_names(queue_list)
+    node_list = nodes_of(nodes, gpus_per_node)
+    queue_list = queues_of(queues, float(nodes * gpus_per_node))
+    leaves = leaf_names(queue_list)
     jobs: list[JobInfo] = []
     for i in range(0, nodes, 3):
         for k in range(gpus_per_node // 2):
@@ -103,10 +103,10 @@ def eviction_cluster(
     `gang_gpus` (whole-node tasks) that can only start by evicting: from queues over their
     fair share (mode "reclaim"), or lower-priority jobs of its own queue ("preempt")."""
     rng = random.Random(seed)
-    node_list = _nodes(nodes, gpus_per_node)
+    node_list = nodes_of(nodes, gpus_per_node)
     total = float(nodes * gpus_per_node)
-    queue_list = _queues(8, total, departments=2)
-    leaves = _leaf_names(queue_list)
+    queue_list = queues_of(8, total, departments=2)
+    leaves = leaf_names(queue_list)
     starved = leaves[-1]
     busy = leaves[:-1] if mode == "reclaim" else [starved]
     jobs: list[JobInfo] = []
@@ -131,9 +131,9 @@ def steady_cluster(
     action may take them), and `pending` jobs wait for room (one or two whole-node
     tasks). Nothing fits until something finishes."""
     rng = random.Random(seed)
-    node_list = _nodes(nodes, gpus_per_node)
-    queue_list = _queues(queues, float(nodes * gpus_per_node))
-    leaves = _leaf_names(queue_list)
+    node_list = nodes_of(nodes, gpus_per_node)
+    queue_list = queues_of(queues, float(nodes * gpus_per_node))
+    leaves = leaf_names(queue_list)
     whole = Request(gpu=gpus_per_node, cpu=4, memory=16 * GI)
     doubles = max(0, min(running, nodes - running))  # jobs of two nodes, to fill them all
     jobs: list[JobInfo] = []

@@ -404,9 +404,12 @@ class Controller(WorkloadTable):
         etas = self.forecaster.get(now)
         return [owned_view(w, self.nodes, etas.get(w.id)) for w in self.workloads.values()]
 
-    def info(self, wid: str) -> dict[str, Any]:
+    def info(self, wid: str, with_eta: bool = True) -> dict[str, Any]:
+        """A workload's view; `with_eta`: with its forecast start while it waits (made
+        again when older than the forecaster's period: a caller that asks on every
+        event, waiting for a change, leaves it out)."""
         w, now = self.get(wid), self.clock.now()
-        eta = self.forecaster.eta(wid, now) if w.state is State.QUEUED else None
+        eta = self.forecaster.eta(wid, now) if with_eta and w.state is State.QUEUED else None
         return workload_view(w, self.positions.get(wid), eta, now)
 
     def _forecast(self, now: float) -> dict[str, Eta]:

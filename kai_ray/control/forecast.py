@@ -26,10 +26,11 @@ nodes that changed; ten thousand waiting workloads take well under a second
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -50,15 +51,26 @@ __all__ = ["FORECAST_EVERY_S", "HORIZON_S", "Eta", "Forecaster", "forecast"]
 HORIZON_S = 30 * 86400.0  # no forecast beyond this
 FORECAST_EVERY_S = 5.0  # a forecast is made again at most this often
 _LISTED = 3  # holders named in a reason
+RESOLUTION = 0.01  # ends this close (relative to how far ahead) are taken together
+_BIG = 1e18  # tasks a node holds of a shape that needs none of a resource
 
 
 @dataclass(frozen=True, slots=True)
 class Eta:
     """A waiting workload's forecast start: `at` (the scheduler's clock) and, for
-    people, `text`; `at` None: it cannot be said, and `text` says why."""
+    people, `text`; `at` None: it cannot be said, and `text` says why. `why`: what the
+    run times it rests on came from (or why there is no start), `made_at`: when the
+    forecast was made."""
 
     at: float | None
-    text: str
+    why: str
+    made_at: float = 0.0
+
+    @property
+    def text(self) -> str:
+        if self.at is None:
+            return self.why
+        return f"expected to start in about {format_duration(self.at - self.made_at)} (run times: {self.why})"
 
     def as_dict(self, now: float) -> dict[str, object]:
         return {
@@ -74,9 +86,6 @@ class _Shape:
     tasks: int
     mode: str  # "pack", "spread" (one task per node) or "one" (all on one node)
     eligible: np.ndarray  # nodes its selector allows
-    lines: dict[str, deque[tuple[tuple[int, float], str]]] = field(
-        default_factory=dict
-    )  # queue -> (rank, job)
 
 
 @dataclass(slots=True)
@@ -120,13 +129,17 @@ class _Forward:
         self.weight = {q.name: _weight(q.name, fair_share, q.quota[0]) for q in snap.queues}
         self.priority = {q.name: q.priority for q in snap.queues}
         self.held: dict[str, float] = {}
+        # queue -> shape -> its waiting workloads of that shape, (rank, job) in order
+        self.lines: dict[str, dict[int, deque[tuple[tuple[int, float], str]]]] = {}
         self.ends: list[tuple[float, int, _End]] = []
+        self._order = itertools.count()  # ties in the heap: first pushed first
         self.unknown: dict[str, None] = {}  # running work with no run time known
         self.shapes: list[_Shape] = []
         self._shape_ids: dict[tuple[object, ...], int] = {}
         self.waiting: dict[str, str] = {}  # job -> its queue
         self.infos: dict[str, JobInfo] = {}  # the waiting ones
         self.sources: set[str] = set()  # what the ends so far were estimated from
+        self.basis = "work being released"
         for job in snap.jobs:
             self._add(job)
         self._fit_arrays()
@@ -164,9 +177,9 @@ class _Forward:
         nodes = np.array([self.node_index[t.node or ""] for t in tasks], dtype=int)
         amounts = np.array([self._vector(t.request) for t in tasks], dtype=float).reshape(len(tasks), 3)
         gpus = float(amounts[:, 0].sum()) if any(t.status.is_active for t in tasks) else 0.0
-        self.held[job.queue] = self.held.get(job.queue, 0.0) + gpus
+        self._hold(job.queue, gpus)
         end = _End(at, job.name, nodes, amounts, job.queue, gpus, source)
-        heapq.heappush(self.ends, (at, len(self.ends), end))
+        heapq.heappush(self.ends, (at, next(self._order), end))
 
     def _wait(self, job: JobInfo) -> None:
         pending = [t for t in job.tasks if t.status is TaskStatus.PENDING]
@@ -183,7 +196,8 @@ class _Forward:
             )
             self.shapes.append(_Shape(np.array(request), tasks, mode, eligible))
         rank = (-job.priority, job.created_at)
-        self.shapes[sid].lines.setdefault(job.queue, deque()).append((rank, job.name))
+        self.lines.setdefault(job.queue, {}).setdefault(sid, deque()).append((rank, job.name))
+        self._hold(job.queue, 0.0)
         self.waiting[job.name] = job.queue
         self.infos[job.name] = job
 
@@ -193,125 +207,163 @@ class _Forward:
 
     # ------------------------------------------------------------ what fits
 
+    def _hold(self, queue: str, gpus: float) -> None:
+        self.held[queue] = self.held.get(queue, 0.0) + gpus
+        i = self.qindex.get(queue) if hasattr(self, "order") else None
+        if i is not None:
+            self.order[i] = self._order_key(queue)
+
+    def _order_key(self, queue: str) -> float:
+        """Queues take turns by GPUs held for their fair share; a higher priority first
+        between queues that hold alike."""
+        return self.held.get(queue, 0.0) / self.weight.get(queue, 1.0) - self.priority.get(queue, 0) * 1e-12
+
     def _fit_arrays(self) -> None:
-        for shape in self.shapes:  # each queue's line in its order
-            for q, line in shape.lines.items():
-                shape.lines[q] = deque(sorted(line))
+        for by_shape in self.lines.values():  # each queue's line in its order
+            for sid, line in by_shape.items():
+                by_shape[sid] = deque(sorted(line))
         self.request = np.array([s.request for s in self.shapes], dtype=float).reshape(len(self.shapes), 3)
+        needed = self.request > 0
+        # Tasks a node holds = the least over resources of floor(free / need); a resource
+        # a shape does not need counts as unlimited (BIG), without a division by zero.
+        self.inverse = np.where(needed, 1.0 / np.where(needed, self.request, 1.0), 0.0)
+        self.unneeded = np.where(needed, 0.0, _BIG)
         self.tasks = np.array([s.tasks for s in self.shapes], dtype=float)
+        self.strict = [sid for sid, s in enumerate(self.shapes) if s.mode != "pack"]
         self.eligible = np.array([s.eligible for s in self.shapes], dtype=bool).reshape(
             len(self.shapes), len(self.node_index)
         )
         self.units = self._units(np.arange(len(self.node_index)))
         self.total = self.units.sum(axis=1)
+        # Per queue: its place in the arrays, and how many of each shape wait in it.
+        self.queue_names = list(self.lines)
+        self.qindex = {q: i for i, q in enumerate(self.queue_names)}
+        self.count = np.zeros((len(self.queue_names), len(self.shapes)), dtype=int)
+        for queue, by_shape in self.lines.items():
+            for sid, line in by_shape.items():
+                self.count[self.qindex[queue], sid] = len(line)
+        self.order = np.array([self._order_key(q) for q in self.queue_names], dtype=float)
 
     def _units(self, nodes: np.ndarray) -> np.ndarray:
         """How many tasks of each shape each of `nodes` could hold now (capped at the
         shape's task count)."""
         free = np.maximum(self.free[nodes], 0.0)[None, :, :]  # 1 x k x 3
-        need = self.request[:, None, :]  # s x 1 x 3
-        with np.errstate(divide="ignore", invalid="ignore"):
-            each = np.where(need > 0, np.floor(free / np.where(need > 0, need, 1.0) + 1e-9), np.inf)
+        each = np.floor(free * self.inverse[:, None, :] + 1e-9) + self.unneeded[:, None, :]
         units = np.minimum(each.min(axis=2), self.tasks[:, None])
-        return np.where(self.eligible[:, nodes], units, 0.0)
+        return units * self.eligible[:, nodes]
 
     def _changed(self, nodes: np.ndarray) -> None:
-        nodes = np.unique(nodes)
+        """Each shape's room on `nodes` (distinct) again, after their free room changed."""
         new = self._units(nodes)
         self.total += new.sum(axis=1) - self.units[:, nodes].sum(axis=1)
         self.units[:, nodes] = new
 
-    def _fits(self, sid: int) -> bool:
-        shape = self.shapes[sid]
-        if self.total[sid] < shape.tasks:
-            return False
-        if shape.mode == "one":
-            return bool(self.units[sid].max() >= shape.tasks)
-        if shape.mode == "spread":
-            return bool(np.count_nonzero(self.units[sid] >= 1) >= shape.tasks)
-        return True
+    def _fitting(self) -> np.ndarray:
+        """Which shapes fit somewhere now."""
+        fits = self.total >= self.tasks
+        for sid in self.strict:
+            if fits[sid]:
+                shape, units = self.shapes[sid], self.units[sid]
+                if shape.mode == "one":
+                    fits[sid] = units.max() >= shape.tasks
+                else:
+                    fits[sid] = np.count_nonzero(units >= 1) >= shape.tasks
+        return fits
 
     # ------------------------------------------------------------ forward
 
     def run(self) -> dict[str, Eta]:
         etas: dict[str, Eta] = {}
         while self.waiting and self.ends and self.ends[0][0] <= self.horizon:
-            t = self.ends[0][0]
-            while self.ends and self.ends[0][0] <= t:
-                self._end(heapq.heappop(self.ends)[2])
+            first = self.ends[0][0]
+            # Ends close together are taken as one: within 1% of how far ahead they are
+            # (a forecast 10 h out is one to about 6 min), which bounds the passes.
+            until, t, freed = first + max(1.0, RESOLUTION * (first - self.now)), first, []
+            while self.ends and self.ends[0][0] <= until:
+                t = self.ends[0][0]
+                freed.append(self._end(heapq.heappop(self.ends)[2]))
+            self._changed(np.unique(np.concatenate(freed)))
             self._place_all(t, etas)
         return {**etas, **{job: self._no_eta(job) for job in self.waiting}}
 
-    def _end(self, end: _End) -> None:
+    def _end(self, end: _End) -> np.ndarray:
+        """Its room back; the nodes whose room changed."""
         np.add.at(self.free, end.nodes, end.amounts)
-        self.held[end.queue] = self.held.get(end.queue, 0.0) - end.gpus
-        self.sources.add(end.source)
-        self._changed(end.nodes)
+        self._hold(end.queue, -end.gpus)
+        if end.source not in self.sources:
+            self.sources.add(end.source)
+            self.basis = ", ".join(sorted(self.sources - {"releasing"})) or "work being released"
+        return end.nodes
 
     def _place_all(self, t: float, etas: dict[str, Eta]) -> None:
         while True:
-            fitting = [sid for sid in range(len(self.shapes)) if self.shapes[sid].lines and self._fits(sid)]
-            pick = self._next(fitting)
+            fits = self._fitting()
+            if not fits.any():
+                return
+            pick = self._next(fits)
             if pick is None:
                 return
             sid, queue = pick
-            _, job = self.shapes[sid].lines[queue].popleft()
-            if not self.shapes[sid].lines[queue]:
-                del self.shapes[sid].lines[queue]
+            by_shape = self.lines[queue]
+            _, job = by_shape[sid].popleft()
+            self.count[self.qindex[queue], sid] -= 1
+            if not by_shape[sid]:
+                del by_shape[sid]
+                if not by_shape:
+                    del self.lines[queue]
             del self.waiting[job]
             self._start(sid, job, queue, t)
-            etas[job] = Eta(t, self._text(t))
+            etas[job] = Eta(t, self.basis, self.now)
 
-    def _next(self, fitting: Sequence[int]) -> tuple[int, str] | None:
-        """The queue whose turn it is (fewest GPUs held for its fair share), and its
-        first workload that fits."""
-        best: tuple[tuple[float, int], tuple[object, ...], int, str] | None = None
-        for sid in fitting:
-            shape = self.shapes[sid]
-            for queue, line in shape.lines.items():
-                limit = self.limit.get(queue)
-                held = self.held.get(queue, 0.0)
-                if limit is not None and held + shape.request[0] * shape.tasks > limit + 1e-9:
-                    continue
-                turn = (self.held.get(queue, 0.0) / self.weight.get(queue, 1.0), -self.priority.get(queue, 0))
-                if best is None or (turn, line[0][0]) < (best[0], best[1]):
-                    best = (turn, line[0][0], sid, queue)
-        return None if best is None else (best[2], best[3])
+    def _next(self, fits: np.ndarray) -> tuple[int, str] | None:
+        """The queue whose turn it is (fewest GPUs held for its fair share) with a
+        workload that fits, and its first such workload."""
+        able = (self.count[:, fits] > 0).any(axis=1)
+        while able.any():
+            i = int(np.flatnonzero(able)[np.argmin(self.order[able])])
+            queue = self.queue_names[i]
+            limit = self.limit.get(queue)
+            room = math.inf if limit is None else limit - self.held.get(queue, 0.0) + 1e-9
+            heads = [
+                (line[0][0], sid)
+                for sid, line in self.lines[queue].items()
+                if fits[sid] and self.shapes[sid].request[0] * self.shapes[sid].tasks <= room
+            ]
+            if heads:
+                return min(heads)[1], queue
+            able[i] = False  # at its limit for all that fits
+        return None
 
     def _start(self, sid: int, job: str, queue: str, t: float) -> None:
         shape = self.shapes[sid]
-        nodes = self._choose(sid)
+        nodes, distinct = self._choose(sid)
         amounts = np.repeat(shape.request[None, :], len(nodes), axis=0)
         np.subtract.at(self.free, nodes, amounts)
-        self._changed(nodes)
+        self._changed(distinct)
         gpus = float(shape.request[0] * len(nodes))
-        self.held[queue] = self.held.get(queue, 0.0) + gpus
+        self._hold(queue, gpus)
         estimate = self.runtimes.expected(self.infos.pop(job))
         at = math.inf if estimate.seconds is None else t + estimate.seconds
         if estimate.seconds is None:
             self.unknown[job] = None
         end = _End(at, job, nodes, amounts, queue, gpus, estimate.source)
-        heapq.heappush(self.ends, (at, len(self.ends) + 1_000_000, end))
+        heapq.heappush(self.ends, (at, next(self._order), end))
 
-    def _choose(self, sid: int) -> np.ndarray:
-        """The nodes its tasks go to: the fullest that fit first (binpack)."""
+    def _choose(self, sid: int) -> tuple[np.ndarray, np.ndarray]:
+        """The node of each of its tasks, the fullest that fit first (binpack), and
+        those nodes once each."""
         shape, units = self.shapes[sid], self.units[sid]
-        candidates = np.flatnonzero(units >= (shape.tasks if shape.mode == "one" else 1))
-        order = candidates[np.argsort(self.free[candidates, 0], kind="stable")]
+        candidates = (units >= (shape.tasks if shape.mode == "one" else 1)).nonzero()[0]
+        order = candidates[self.free[candidates, 0].argsort(kind="stable")]
         if shape.mode == "one":
-            return np.full(shape.tasks, order[0], dtype=int)
+            return np.full(shape.tasks, order[0], dtype=int), order[:1]
         if shape.mode == "spread":
-            return order[: shape.tasks]
+            return order[: shape.tasks], order[: shape.tasks]
         taken = np.minimum(units[order], shape.tasks).astype(int)
-        picks = np.repeat(order, taken)
-        return picks[: shape.tasks]
+        used = int(np.searchsorted(taken.cumsum(), shape.tasks)) + 1
+        return np.repeat(order[:used], taken[:used])[: shape.tasks], order[:used]
 
     # ------------------------------------------------------------ words
-
-    def _text(self, t: float) -> str:
-        wait = t - self.now
-        basis = ", ".join(sorted(self.sources - {"releasing"})) or "work being released"
-        return f"expected to start in about {format_duration(wait)} (run times: {basis})"
 
     def _no_eta(self, job: str) -> Eta:
         if self.unknown:

@@ -37,8 +37,11 @@ _SHAPES_KEPT = 4096  # shapes kept at most (the least recently finished go first
 
 
 def format_duration(seconds: float) -> str:
-    """A duration the way people say it: 45s, 5m, 1h30m, 2d3h."""
+    """A duration the way people say it, in its two largest units (rounded to the
+    smaller): 45s, 5m, 1h30m, 2d3h; 7198 s is 2h."""
     s = max(0, round(seconds))
+    step = next((finer for unit, finer in ((86400, 3600), (3600, 60)) if s >= unit), 1)
+    s = round(s / step) * step
     days, s = divmod(s, 86400)
     hours, s = divmod(s, 3600)
     minutes, s = divmod(s, 60)

@@ -134,18 +134,24 @@ class SchedulerActor:
         """Return once the workload is in one of `states` (or finished), or at the timeout."""
         wanted = {State(s) for s in states} | TERMINAL
         await self.scheduler.wait_for(wid, lambda: self.engine.workloads[wid].state in wanted, timeout)
-        return self._info(wid)
+        return self._info(wid, with_eta=False)
 
     @_quiet
     async def info(self, wid: str) -> dict[str, Any]:
         return self._info(wid)
 
     @_quiet
+    async def eta(self, wid: str) -> dict[str, Any] | None:
+        """Its forecast start while it waits ({"at", "in_s", "text"}), else None."""
+        return self.engine.info(wid)["eta"]  # type: ignore[no-any-return]
+
+    @_quiet
     async def wait_workers(self, wid: str, seen: list[Any], timeout: float | None = None) -> dict[str, Any]:
         """Return once the workload's usable workers differ from `seen` (a
         worker_signature), or at the timeout (0: at once)."""
-        await self.scheduler.wait_for(wid, lambda: worker_signature(self._info(wid)) != seen, timeout)
-        return self._info(wid)
+        view = lambda: self._info(wid, with_eta=False)  # noqa: E731 (asked on every event)
+        await self.scheduler.wait_for(wid, lambda: worker_signature(view()) != seen, timeout)
+        return view()
 
     async def list_workloads(self, include_finished: bool = True) -> list[dict[str, Any]]:
         ws = self.engine.workloads.values()
@@ -248,9 +254,9 @@ class SchedulerActor:
         )
         return write_snapshot(snap, e.config, now, "ray")
 
-    def _info(self, wid: str) -> dict[str, Any]:
+    def _info(self, wid: str, with_eta: bool = True) -> dict[str, Any]:
         """A workload's view, with Ray's 56-digit node ids in its words shortened."""
-        return short_node_ids(self.engine.info(wid))
+        return short_node_ids(self.engine.info(wid, with_eta))
 
     async def ping(self) -> float:
         return time.time()

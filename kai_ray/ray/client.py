@@ -100,6 +100,9 @@ class Scheduler:
     def explain(self, wid: str) -> dict[str, Any]:
         return self._call("explain", wid)  # type: ignore[no-any-return]
 
+    def eta(self, wid: str) -> dict[str, Any] | None:
+        return self._call("eta", wid)  # type: ignore[no-any-return]
+
     def cancel(self, wid: str) -> dict[str, Any]:
         return self._call("cancel", wid)  # type: ignore[no-any-return]
 

@@ -76,6 +76,14 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
         "with a usage history, whose shares change with time alone; none otherwise)",
     )
     sim.add_argument(
+        "--runtime-estimates",
+        choices=["exact", "noisy"],
+        default=None,
+        help="tell the scheduler each job's run time (exact, or noisy: off by x0.5 to x2) and "
+        "measure how close each job's forecast start, taken at submission, came",
+    )
+    sim.add_argument("--seed", type=int, default=0, help="the noisy estimates' random seed")
+    sim.add_argument(
         "--config", metavar="FILE", help="a scheduler options file (the policies' base configuration)"
     )
     sim.add_argument(
@@ -119,6 +127,8 @@ def _simulate(args: argparse.Namespace) -> int:
         period_s=parse_duration(args.period, "--period"),
         event_log=args.events,
         wait_step_s=parse_duration(args.wait_step, "--wait-step") if args.wait_step else None,
+        runtime_estimates=args.runtime_estimates or "",
+        seed=args.seed,
     )
     nodes = parse_cluster(args.cluster)
     base = load_scheduler_config(args.config) if args.config else None
@@ -165,6 +175,7 @@ def _facts(args: argparse.Namespace, jobs: list[Any], nodes: list[Any], options:
         "checkpoint_s": options.checkpoint_s,
         "period_s": options.period_s,
         "wait_step_s": options.wait_step_s,
+        "runtime_estimates": options.runtime_estimates or "none",
         "peak_memory_mib": peak_memory_mib(),
     }
 

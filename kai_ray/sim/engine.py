@@ -27,6 +27,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from kai_ray.control import Controller
 from kai_ray.control.memory import ManualClock, MemoryNodes
 from kai_ray.control.usage import cluster_capacity
@@ -59,6 +61,11 @@ class Options:
     # While something waits, a step at least this often (virtual seconds; 0: only at
     # events); None: DEFAULT_WAIT_STEP_S when the policy keeps a usage history, else 0.
     wait_step_s: float | None = None
+    # Run times the scheduler is told (expected_runtime): "" none, "exact" the trace's,
+    # "noisy" the trace's times a factor between 0.5 and 2 (log-uniform, seeded). With
+    # either, each job's forecast start is taken the step it is submitted (ETA accuracy).
+    runtime_estimates: str = ""
+    seed: int = 0
 
 
 @dataclass(slots=True)
@@ -75,6 +82,8 @@ class JobRun:
     preemptions: int = 0
     lost_gpu_s: float = 0.0
     rejected: str = ""
+    forecast: float | None = None  # its forecast start, taken when it was submitted
+    forecast_taken: bool = False
 
 
 @dataclass
@@ -113,6 +122,7 @@ class Simulation:
         self.wait_step_s = (
             wait if wait is not None else (DEFAULT_WAIT_STEP_S if self.ctl.usage is not None else 0.0)
         )
+        self.estimates = RuntimeEstimates(self.options.runtime_estimates, self.options.seed)
 
     # ------------------------------------------------------------ the loop
 
@@ -137,12 +147,27 @@ class Simulation:
                 or (ended and (self.queued or self.growing or self.options.step_every_end))
             ):
                 self._steps(t)
+                if i > first and self.estimates.on:
+                    self._forecast(jobs[first:i], t)
             elif ended:
                 self._settled(t)
             if self.progress is not None:
                 self.progress(self)
         self.metrics.close(self.clock.t, self.runs.values(), time.perf_counter() - started, self.steps)
         return self.metrics
+
+    def _forecast(self, submitted: Sequence[SimJob], t: float) -> None:
+        """The forecast start of the jobs just submitted, as the scheduler would give it
+        to them now (placed at once: now)."""
+        waiting = [j for j in submitted if j.id in self.queued and not self.runs[j.id].rejected]
+        etas = self.ctl.forecaster.make(t) if waiting else {}
+        for job in submitted:
+            run = self.runs[job.id]
+            if run.rejected:
+                continue
+            run.forecast_taken = True
+            eta = etas.get(job.id)
+            run.forecast = t if job.id not in self.queued else (eta.at if eta is not None else None)
 
     def _wait_step_due(self) -> float:
         """When the next step comes without an event: something waits, and time alone
@@ -221,6 +246,7 @@ class Simulation:
             entrypoint="simulated",
             grace_period=0.0,
             admission_timeout=math.inf,
+            expected_runtime=self.estimates.of(job),
         )
         try:
             self.ctl.submit(job.id, spec)
@@ -295,6 +321,23 @@ class Simulation:
         else:
             self.growing.discard(wid)
         self.metrics.held(run, self.clock.t, gpus)
+
+
+class RuntimeEstimates:
+    """The run time a job declares: none, the trace's own, or the trace's off by a
+    factor between 0.5 and 2 (log-uniform; the same jobs get the same factors for a seed)."""
+
+    def __init__(self, mode: str, seed: int) -> None:
+        if mode not in ("", "exact", "noisy"):
+            raise ValueError(f"runtime estimates {mode!r}: use exact or noisy")
+        self.mode, self.on = mode, bool(mode)
+        self._rng = np.random.default_rng(seed)
+
+    def of(self, job: SimJob) -> float | None:
+        if not self.on or job.duration <= 0:
+            return None
+        factor = 2.0 ** self._rng.uniform(-1.0, 1.0) if self.mode == "noisy" else 1.0
+        return job.duration * factor
 
 
 def _resources(job: SimJob) -> dict[str, Any]:

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = ["EVENT_COLUMNS", "Metrics", "stats"]
 
 SERIES_BINS = 200  # windows of the series over time in summary.json
+LONG_WAIT_S = 600.0  # forecast accuracy counts the jobs that waited longer than this
 EVENT_COLUMNS = ("time", "event", "job", "queue", "gpus", "detail")
 Event = tuple[float, str, str, str, float, str]
 
@@ -180,6 +181,9 @@ class Metrics:
             "wall_s": wall_s,
             "steps": steps,
         }
+        accuracy = self.forecast_accuracy(runs)
+        if accuracy is not None:
+            self.summary["forecast_accuracy"] = accuracy
         return self.summary
 
     def series(self, end: float, bins: int = SERIES_BINS) -> dict[str, Any]:
@@ -212,6 +216,28 @@ class Metrics:
             "queueing_delay_s": stats(delay),
             "preemptions": sum(r.preemptions for r in runs),
             "gpu_hours_lost": sum(r.lost_gpu_s for r in runs) / 3600.0,
+        }
+
+    def forecast_accuracy(self, runs: Sequence[JobRun]) -> dict[str, Any] | None:
+        """How far each job's forecast start (taken when it was submitted) was from its
+        start, for jobs that waited longer than LONG_WAIT_S: |forecast - start| / wait.
+        A job given no forecast is counted apart. None when no forecast was taken."""
+        taken = [r for r in runs if r.forecast_taken and r.first_start is not None]
+        if not taken:
+            return None
+        long = [r for r in taken if r.first_start is not None and r.first_start - r.job.submit > LONG_WAIT_S]
+        errors = [
+            abs(r.forecast - r.first_start) / (r.first_start - r.job.submit)
+            for r in long
+            if r.forecast is not None and r.first_start is not None
+        ]
+        p50, p90 = np.percentile(errors, [50, 90]) if errors else (None, None)
+        return {
+            "jobs_waited_over_10m": len(long),
+            "forecast": len(errors),
+            "no_forecast": len(long) - len(errors),
+            "relative_error_p50": None if p50 is None else float(p50),
+            "relative_error_p90": None if p90 is None else float(p90),
         }
 
     def _queue_figures(self, team: str, runs: Sequence[JobRun], makespan: float) -> dict[str, Any]:

@@ -46,6 +46,16 @@
     if (s < 3600) return `${Math.floor(s / 60)}m ${s % 60}s`;
     return `${Math.floor(s / 3600)}h ${Math.floor((s % 3600) / 60)}m`;
   }
+  // A duration as the scheduler's own sentences say it (control/runtime.py format_duration):
+  // its two largest units, rounded to the smaller, so "~1h30m" here is "about 1h30m" there.
+  function span(s) {
+    s = Math.max(0, Math.round(s));
+    const step = s >= 86400 ? 3600 : s >= 3600 ? 60 : 1;
+    s = Math.round(s / step) * step;
+    const parts = [[Math.floor(s / 86400), "d"], [Math.floor((s % 86400) / 3600), "h"],
+      [Math.floor((s % 3600) / 60), "m"], [s % 60, "s"]];
+    return parts.filter(([n]) => n).slice(0, 2).map(([n, u]) => `${n}${u}`).join("") || "0s";
+  }
   const clock = (t) => new Date(t * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
   function hue(name) {
     let h = 0;
@@ -111,7 +121,7 @@
         <label class="muted">sort <select id="wl-sort">${sorts.map((s) => `<option${s === S.wl.sort ? " selected" : ""}>${s}</option>`).join("")}</select></label>
         <span id="wl-count" class="muted"></span></div>
         <table id="workloads"><thead><tr><th>Workload</th><th>State</th><th>Queue</th><th class="num">Priority</th>
-        <th>In line</th><th>Waiting</th><th class="num">GPUs</th><th class="num">Preempted</th><th>Why</th></tr></thead>
+        <th>In line</th><th>Waiting</th><th title="estimated start">Starts</th><th class="num">GPUs</th><th class="num">Preempted</th><th>Why</th></tr></thead>
         <tbody></tbody></table><div class="pager"><button id="wl-prev">‹ previous</button>
         <span id="wl-page" class="muted"></span><button id="wl-next">next ›</button></div>`;
       let timer = null;
@@ -156,8 +166,25 @@
       <td><b>${esc(w.name)}</b>${w.name !== w.id ? `<div class="muted">${esc(w.id)}</div>` : ""}</td>
       <td><span class="badge state-${esc(w.state)}">${esc(w.state)}</span></td>
       <td>${esc(w.queue)}</td><td class="num">${w.priority}</td>
-      <td>${line}</td><td>${dur(w.waiting_s)}</td><td class="num">${num(w.gpus)}</td>
+      <td>${line}</td><td>${dur(w.waiting_s)}</td>${startsCell(w)}<td class="num">${num(w.gpus)}</td>
       <td class="num">${w.preemptions || ""}</td><td class="reason">${esc(w.reason)}${note}</td></tr>`;
+  }
+
+  // The Starts cell: the forecast start counted from the moment the board was made (in_s,
+  // as waiting_s is), so Waiting and Starts never disagree with each other; the title holds
+  // the whole sentence, which for "unknown" says what blocks the forecast.
+  function startsCell(w) {
+    const eta = w.state === "Queued" ? w.eta : null;
+    if (!eta) return `<td class="starts"></td>`;
+    const known = eta.at !== null && eta.in_s !== null;
+    const shown = known ? `~${span(eta.in_s)}` : "unknown";
+    return `<td class="starts${known ? "" : " unknown"}" title="${esc(eta.text)}">${shown}</td>`;
+  }
+
+  // Under the reason it waits for: when it is forecast to start, or why that cannot be said.
+  function etaLine(w) {
+    if (w.state !== "Queued" || !w.eta) return "";
+    return `<p id="detail-eta" class="eta"><b>Estimated start:</b> ${esc(w.eta.text)}</p>`;
   }
 
   async function showDetail(id) {
@@ -174,7 +201,7 @@
       <dt>in line</dt><dd>${w.position !== null ? `${w.position} of ${w.queue_length}` : "–"}</dd>
       <dt>workers</dt><dd>${w.workers} (gang ${w.min_workers}, at most ${w.max_workers}; ${num(w.gpus_per_worker)} GPU each)</dd>
       <dt>why</dt><dd>${esc(w.reason)}</dd><dt>preempted</dt><dd>${w.preemptions} time${w.preemptions === 1 ? "" : "s"}</dd>
-      </dl><h4>History</h4><table id="history"><tbody>${rows}</tbody></table>`;
+      </dl>${etaLine(w)}<h4>History</h4><table id="history"><tbody>${rows}</tbody></table>`;
     panel.hidden = false;
     $("#detail-close").addEventListener("click", () => { S.detail = null; panel.hidden = true; });
   }
