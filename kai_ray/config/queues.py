@@ -137,6 +137,13 @@ class KaiQueueSpec(StrictModel):
     reclaim_min_runtime: Duration | None = None
 
 
+class KaiRayKubeQueueSpec(KaiQueueSpec):
+    """`spec` of a `kai-ray.io/v2` Queue: KAI's, with kai-ray's run-time defaults."""
+
+    expected_runtime: Duration | None = None
+    max_runtime: Duration | None = None
+
+
 class _Metadata(BaseModel):
     # Kubernetes metadata carries much that is not ours (labels, uid, ...): ignore it.
     model_config = ConfigDict(extra="ignore", frozen=True)
@@ -318,7 +325,8 @@ def _from_kubernetes(doc: Mapping[str, Any], where: str) -> list[QueueInfo]:
     if parsed.kind != "Queue":
         raise ConfigError(f"kind {parsed.kind!r} is not a queue; use kind: Queue", field=where)
     if parsed.api_version in (KAI_API_VERSION, KAI_RAY_KUBE_API_VERSION):
-        kai = _validate_spec(KaiQueueSpec, parsed.spec, name)
+        shape = KaiRayKubeQueueSpec if parsed.api_version == KAI_RAY_KUBE_API_VERSION else KaiQueueSpec
+        kai = _validate_spec(shape, parsed.spec, name)
         return [queue_info(name, kai.parent_queue, kai, units=KAI_UNITS)]
     if parsed.api_version == KAI_RAY_API_VERSION:
         own = _validate_spec(KaiRayQueueSpec, parsed.spec, name)

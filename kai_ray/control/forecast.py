@@ -29,7 +29,7 @@ import heapq
 import itertools
 import math
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -249,8 +249,8 @@ class _Forward:
         shape's task count)."""
         free = np.maximum(self.free[nodes], 0.0)[None, :, :]  # 1 x k x 3
         each = np.floor(free * self.inverse[:, None, :] + 1e-9) + self.unneeded[:, None, :]
-        units = np.minimum(each.min(axis=2), self.tasks[:, None])
-        return units * self.eligible[:, nodes]
+        units: np.ndarray = np.minimum(each.min(axis=2), self.tasks[:, None]) * self.eligible[:, nodes]
+        return units
 
     def _changed(self, nodes: np.ndarray) -> None:
         """Each shape's room on `nodes` (distinct) again, after their free room changed."""
@@ -260,7 +260,7 @@ class _Forward:
 
     def _fitting(self) -> np.ndarray:
         """Which shapes fit somewhere now."""
-        fits = self.total >= self.tasks
+        fits: np.ndarray = self.total >= self.tasks
         for sid in self.strict:
             if fits[sid]:
                 shape, units = self.shapes[sid], self.units[sid]
@@ -318,7 +318,7 @@ class _Forward:
     def _next(self, fits: np.ndarray) -> tuple[int, str] | None:
         """The queue whose turn it is (fewest GPUs held for its fair share) with a
         workload that fits, and its first such workload."""
-        able = (self.count[:, fits] > 0).any(axis=1)
+        able = np.asarray((self.count[:, fits] > 0).any(axis=1))
         while able.any():
             i = int(np.flatnonzero(able)[np.argmin(self.order[able])])
             queue = self.queue_names[i]
@@ -405,8 +405,12 @@ class Forecaster:
         self.made_at = -math.inf
         self.etas: dict[str, Eta] = {}
 
-    def get(self, now: float) -> dict[str, Eta]:
-        if now - self.made_at >= self.every_s:
+    def get(self, now: float, wanted: Collection[str] = ()) -> dict[str, Eta]:
+        """The forecast; made again when older than its period, or (at most once a
+        second) when one of `wanted` is not in it: a workload that just began to wait
+        is told its start with its first reason."""
+        age = now - self.made_at
+        if age >= self.every_s or (age >= 1.0 and any(job not in self.etas for job in wanted)):
             self.etas, self.made_at = self.make(now), now
         return self.etas
 

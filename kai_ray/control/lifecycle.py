@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kai_ray.control.planner import JobPlan
-from kai_ray.control.runtime import format_duration
+from kai_ray.control.runtime import max_runtime_reason
 from kai_ray.control.workload import HOLDING, Slot, SlotState, State, TransitionError, Workload, task_index
 
 __all__ = [
@@ -353,8 +353,7 @@ def _evict(w: Workload, e: TasksEvicted, now: float, words: Words) -> list[Effec
 def _runtime_over(w: Workload, e: RuntimeOver, now: float, words: Words) -> list[Effect]:
     """Stopped for good, the way a preemption stops it: the notice, the grace period,
     then the end (a failure, with this reason, instead of a place back in line)."""
-    limit = w.spec.max_runtime or 0.0
-    w.stop_reason = f"stopped: it ran past its max runtime of {format_duration(limit)}"
+    w.stop_reason = max_runtime_reason(w.spec.max_runtime or 0.0)
     w.deadline = now + max(0.0, w.spec.grace_period)
     _move(w, State.PREEMPTING, now, f"{w.stop_reason}; stopping at the deadline")
     notice = Notify({"reason": w.stop_reason, "deadline": w.deadline, "attempt": w.attempt})

@@ -28,6 +28,8 @@ __all__ = [
     "RuntimeHistory",
     "Runtimes",
     "format_duration",
+    "max_runtime_reason",
+    "runtime_over_at",
     "shape_key",
     "shape_of",
 ]
@@ -48,6 +50,17 @@ def format_duration(seconds: float) -> str:
     parts = [(days, "d"), (hours, "h"), (minutes, "m"), (s, "s")]
     shown = [f"{n}{unit}" for n, unit in parts if n][:2]
     return "".join(shown) or "0s"
+
+
+def runtime_over_at(since: float, ran: float, limit: float | None) -> float | None:
+    """When a workload running since `since` reaches its max runtime, its earlier runs
+    (`ran` seconds) counted; None without a limit. The one rule of max runtime: Ray's
+    and the simulator's controller and the Kubernetes operator each carry out the stop."""
+    return None if limit is None else since + max(0.0, limit - ran)
+
+
+def max_runtime_reason(limit: float) -> str:
+    return f"stopped: it ran past its max runtime of {format_duration(limit)}"
 
 
 def shape_key(queue: str, tasks: int, request: Request | None) -> Hashable:

@@ -15,6 +15,8 @@ import enum
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
+from kai_ray.control.runtime import runtime_over_at
+
 __all__ = [
     "GROUP_PREFIX",
     "HOLDING",
@@ -213,10 +215,9 @@ class Workload:
 
     def runtime_over_at(self) -> float | None:
         """While running: when it reaches its max runtime (None: no limit)."""
-        limit = self.spec.max_runtime
-        if self.state is not State.RUNNING or limit is None:
+        if self.state is not State.RUNNING:
             return None
-        return self.since + max(0.0, limit - self.ran)
+        return runtime_over_at(self.since, self.ran, self.spec.max_runtime)
 
     def admission_failed(self, now: float) -> float:
         """Count an admission whose group never became ready; the seconds to wait before

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kai_ray.control.forecast import Eta
 from kai_ray.control.planner import JobPlan, Plan
 from kai_ray.core import CycleResult, Evict
 from kai_ray.k8s.client import ApiError, Kube, gather_limited
@@ -28,9 +29,18 @@ from kai_ray.k8s.gangs import Gang
 from kai_ray.k8s.report import Reporter
 from kai_ray.k8s.sharing import GPU_GROUP_ANNOTATION
 from kai_ray.k8s.source import KubeSource
-from kai_ray.k8s.suspension import cannot_suspend, resume_patch, scale_down, suspend_patch, suspended_by_us
+from kai_ray.k8s.suspension import (
+    cannot_suspend,
+    resume_patch,
+    scale_down,
+    stop_patch,
+    suspend_patch,
+    suspended_by_us,
+)
 from kai_ray.k8s.watches import owner_path
 from kai_ray.k8s.world import SUBMITTER_TASK
+
+STOP_RETRY_S = 120.0  # a gang stopped at max runtime and still there is stopped again after this
 
 __all__ = ["ActuatorStats", "KubeActuator"]
 
@@ -43,6 +53,7 @@ class ActuatorStats:
     evicted: int = 0
     suspended: int = 0  # owners suspended (their pods count in evicted)
     resumed: int = 0
+    stopped: int = 0  # gangs stopped at their max runtime
 
 
 class KubeActuator:
@@ -52,14 +63,19 @@ class KubeActuator:
         self.kube, self.source, self.sharing, self.in_flight = kube, source, sharing, in_flight
         self.reporter = Reporter(kube, in_flight)
         self.stats = ActuatorStats()
+        self._stopping: dict[str, float] = {}  # gang id -> when it was stopped (not gone yet)
+        # The forecast of when waiting gangs start (ObservedLifecycle's), for their messages.
+        self.etas: Callable[[float, Collection[str]], Mapping[str, Eta]] | None = None
 
     async def apply(self, plan: Plan, result: CycleResult, now: float) -> None:
+        await self._stop_overrunning(now)
         evictions = [(job, e) for job, jp in plan.jobs.items() for e in _evictions(jp)]
         binds = [(job, b.task, b.node, b.gpu_group) for job, jp in plan.jobs.items() for b in jp.binds]
         await self._evict(evictions)
         binds += [(job, task, node, None) for job, task, node in self.source.take_direct()]
         await self._bind(binds, now)
-        await self.reporter.report(self.source, result, plan)
+        etas = self.etas(now, result.waiting.keys()) if self.etas is not None else {}
+        await self.reporter.report(self.source, result, plan, etas)
         if self.sharing is not None:
             await self.sharing.reconcile(self.source)
 
@@ -102,6 +118,34 @@ class KubeActuator:
             raise
         self.source.assume(uid, node, now)
         self.stats.bound += 1
+
+    # ------------------------------------------------------------ max runtime
+
+    async def _stop_overrunning(self, now: float) -> None:
+        """Gangs past their max runtime are stopped for good: the owner suspended (and
+        marked not to resume), a batch Job suspended, bare pods evicted. Their pods get
+        Kubernetes' notice (SIGTERM) and their termination grace period."""
+        for gid, at in list(self._stopping.items()):
+            if now - at > STOP_RETRY_S:
+                del self._stopping[gid]  # not gone yet: tried again
+        todo = [(g, why) for g, why in self.source.overrunning(now) if g.id not in self._stopping]
+        calls = [self._stop(gang, why, now) for gang, why in todo]
+        for outcome in await gather_limited(calls, self.in_flight):
+            if isinstance(outcome, BaseException):
+                log.warning("stopping at max runtime failed: %s", outcome)
+
+    async def _stop(self, gang: Gang, why: str, now: float) -> None:
+        self._stopping[gang.id] = now
+        at = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        patch = stop_patch(gang.kind, why, at)
+        if patch is not None:
+            await self.kube.patch(owner_path(gang.kind, gang.namespace, gang.name), patch)
+        else:
+            for pod in gang.pods:
+                if pod.get("spec", {}).get("nodeName"):
+                    await self.kube.evict(pod["metadata"]["namespace"], pod["metadata"]["name"])
+        self.stats.stopped += 1
+        await self.reporter.event(gang, "Warning", "Stopped", why)
 
     # ------------------------------------------------------------ evicting
 

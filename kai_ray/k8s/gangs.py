@@ -22,6 +22,7 @@ from kai_ray.config.priority import (
 )
 from kai_ray.control.affinity import node_affinity, read_terms
 from kai_ray.core.model import NodeAffinity, NodeSelectorTerm, Request, TopologyConstraint
+from kai_ray.core.quantity import parse_duration
 from kai_ray.k8s.owners import (
     Known,
     Lineage,
@@ -39,6 +40,7 @@ from kai_ray.k8s.owners import (
     spec_of,
 )
 from kai_ray.k8s.requests import pod_request, spec_request
+from kai_ray.k8s.suspension import cannot_suspend
 
 __all__ = [
     "Gang",
@@ -59,6 +61,11 @@ PREEMPTIBILITY_LABEL = "kai.scheduler/preemptibility"
 TOPOLOGY = "kai.scheduler/topology"
 TOPOLOGY_REQUIRED = "kai.scheduler/topology-required-placement"
 TOPOLOGY_PREFERRED = "kai.scheduler/topology-preferred-placement"
+EXPECTED_RUNTIME = "kai-ray.io/expected-runtime"  # how long it is expected to run (a duration)
+MAX_RUNTIME = "kai-ray.io/max-runtime"  # the most it may run: then it is stopped for good
+# Kinds a max runtime can stop for good (KubeRay makes a RayService's pods again, and a
+# RayJob is stopped by suspending it, which needs spec.shutdownAfterJobFinishes).
+STOPPABLE_KINDS = ("RayJob", "RayCluster", "Job", "Pod")
 DEFAULT_PRIORITY_CLASS = "train"
 K8S_JOB_MODE = "K8sJobMode"
 
@@ -96,6 +103,9 @@ class Gang:
     created_at: float  # the top owner's creationTimestamp (its oldest pod's if unknown)
     submitter: Request | None = None  # room to hold for a RayJob submitter not yet created
     problem: str = ""  # non-empty: cannot be scheduled as written; names object, field, fix
+    # Seconds of run time (annotations EXPECTED_RUNTIME, MAX_RUNTIME); None: not said.
+    expected_runtime: float | None = None
+    max_runtime: float | None = None
 
 
 class _Found(NamedTuple):
@@ -299,6 +309,37 @@ def _topology(objs: list[Known], what: str) -> tuple[TopologyConstraint | None, 
     return constraint, ""
 
 
+def _runtimes(
+    objs: list[Known], top: Known, what: str
+) -> tuple[tuple[float | None, float | None], list[str]]:
+    """(expected run time, max runtime) from their annotations, and what is wrong with them."""
+    values: list[float | None] = []
+    problems = []
+    for key in (EXPECTED_RUNTIME, MAX_RUNTIME):
+        found = _find(objs, "annotations", key)
+        seconds = None
+        if found is not None:
+            try:
+                seconds = parse_duration(found.value)
+                if not seconds > 0 or seconds == float("inf"):
+                    raise ValueError(f"{found.value!r} must be a run time above 0, e.g. 90m or 2h")
+            except ValueError as e:
+                problems.append(f"{what}: {found.where}: {e}; or remove the annotation")
+                seconds = None
+        values.append(seconds)
+    limit = values[1]
+    if limit is not None:
+        why = "" if top.kind in STOPPABLE_KINDS else f"a {top.kind} is made again by its controller"
+        if top.kind == "RayJob" and top.obj is not None:
+            why = cannot_suspend("RayJob", top.obj)
+        if why:
+            problems.append(
+                f"{what}: annotation {MAX_RUNTIME} cannot be kept: {why}, so it cannot be stopped for good; "
+                "remove the annotation"
+            )
+    return (values[0], limit), problems
+
+
 def _shared_selector(pods: Sequence[Obj]) -> dict[str, str]:
     selectors = [dict(spec_of(p).get("nodeSelector") or {}) for p in pods]
     common = selectors[0] if selectors else {}
@@ -364,6 +405,8 @@ def _gang(group: _Group, ctx: GangContext) -> Gang:
     queue = _find([*owners, *pod_objs], "labels", QUEUE_LABEL)
     class_name, priority, priority_problems = _priority([*owners, *pod_objs], owners, pod_objs, ctx, what)
     topology, topology_problem = _topology([*owners, *pod_objs], what)
+    (expected, limit), runtime_problems = _runtimes([*owners, *pod_objs], top, what)
+    problems += runtime_problems
     request_problem = _request_problem(pods)
     selector = _shared_selector(pods)
     affinities, affinity_problem = _affinities(pods, selector, what)
@@ -391,6 +434,8 @@ def _gang(group: _Group, ctx: GangContext) -> Gang:
         created_at=created,
         submitter=placeholder,
         problem="; ".join(p for p in problems if p),
+        expected_runtime=expected,
+        max_runtime=limit,
     )
 
 

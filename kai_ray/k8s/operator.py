@@ -27,9 +27,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kai_ray.control.cycles import Cycles
+from kai_ray.control.forecast import Eta, Forecaster, forecast
 from kai_ray.control.loop import SchedulingLoop, StepResult
 from kai_ray.control.observed import ObservedLifecycle
 from kai_ray.control.pacing import Pacing, paced_steps
+from kai_ray.control.runtime import Runtimes
 from kai_ray.core import SchedulerConfig
 from kai_ray.dashboard import DEFAULT_PORT, Board, DashboardServer, Feed, access_for, board_of
 from kai_ray.k8s import DEFAULT_SCHEDULER_NAMES
@@ -83,7 +85,11 @@ class Operator:
         )
         sharing = None if options.sharing is None else DeviceSharing(kube, options.sharing)
         self.actuator = KubeActuator(kube, self.source, sharing, options.in_flight)
-        self.lifecycle = ObservedLifecycle(self.source.facts)
+        # When waiting gangs start: from the world the last observe built, for the
+        # dashboard and for the waiting pods' messages alike.
+        self.forecaster = Forecaster(self._forecast)
+        self.lifecycle = ObservedLifecycle(self.source.facts, forecaster=self.forecaster)
+        self.actuator.etas = self.forecaster.get
         self.feed = Feed(self._board)
         # A long-lived process with many live objects (every pod of the cluster): the
         # cycle runs with the garbage collector paused, and what the first list brought,
@@ -94,12 +100,20 @@ class Operator:
             self.source, self.actuator, self.lifecycle, options.config, cycles, self.feed
         )
         self.stats = CycleStats()
+        self.runtimes = Runtimes()
         self.dashboard: DashboardServer | None = None
         self.leader = None if options.leader is None else LeaderElector(kube, options.leader)
         if self.leader is not None:
             kube.fence = self.leader.check  # no write from this session unless leading
         self._webhook: Any = None
         self._tasks: list[asyncio.Task[None]] = []
+
+    def _forecast(self, now: float) -> dict[str, Eta]:
+        snapshot = self.source.snapshot
+        if snapshot is None:
+            return {}
+        self.runtimes.set_queues(snapshot.queues)
+        return forecast(snapshot, now, self.runtimes, self.loop.queue_status)
 
     @property
     def changed(self) -> asyncio.Event:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kai_ray.config.errors import ConfigError
-from kai_ray.config.queues import KAI_API_VERSION, parse_queue_object
+from kai_ray.config.queues import KAI_API_VERSION, KAI_RAY_KUBE_API_VERSION, parse_queue_object
 from kai_ray.core import QueueInfo
 from kai_ray.core.queues import QueueTreeError, build_queue_tree
 
@@ -57,8 +57,9 @@ def read_queues(objects: Iterable[Mapping[str, Any]]) -> QueueSet:
 def _as_kai_document(obj: Mapping[str, Any]) -> dict[str, Any]:
     # Ours is KAI's v2 in shape and units: read both as KAI's, keeping only what a
     # Queue document has (the server adds status and metadata a file would not hold).
+    ours = obj.get("apiVersion") == KAI_RAY_KUBE_API_VERSION  # KAI's, with kai-ray's run-time keys
     return {
-        "apiVersion": KAI_API_VERSION,
+        "apiVersion": KAI_RAY_KUBE_API_VERSION if ours else KAI_API_VERSION,
         "kind": "Queue",
         "metadata": {"name": obj["metadata"]["name"]},
         "spec": dict(obj.get("spec") or {}),

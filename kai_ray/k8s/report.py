@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from kai_ray.control.demand import wants_capacity
+from kai_ray.control.forecast import Eta
 from kai_ray.control.planner import Plan
 from kai_ray.core import CycleResult, Evict, Reason
 from kai_ray.k8s.client import ApiError, Kube, gather_limited
@@ -28,7 +29,7 @@ from kai_ray.k8s.queues import KAI_RAY_QUEUE_API, QueueSet, queue_status_body
 from kai_ray.k8s.suspension import is_virtual
 from kai_ray.k8s.taints import describe
 
-__all__ = ["Reporter", "condition_reason", "in_pods"]
+__all__ = ["Reporter", "condition_reason", "eta_phrase", "in_pods"]
 
 log = logging.getLogger(__name__)
 COMPONENT = "kai-ray"
@@ -77,6 +78,20 @@ def in_pods(text: str, namespace: str) -> str:
     return _OF_TASK.sub(lambda m: f"of pod {namespace}/{m[1]}", text).replace("of its tasks", "of its pods")
 
 
+def eta_phrase(eta: Eta | None) -> str:
+    """The forecast start for a waiting pod's message, as a clock time rounded the more
+    the further ahead it is (a message is written again only when it changes, not as
+    time passes); "" without a forecast."""
+    if eta is None:
+        return ""
+    if eta.at is None:
+        return f"; {eta.text}"
+    ahead = eta.at - eta.made_at
+    step = 60.0 if ahead < 3600 else (300.0 if ahead < 86400 else 3600.0)
+    at = dt.datetime.fromtimestamp(round(eta.at / step) * step, dt.UTC)
+    return f"; expected to start about {at.strftime('%Y-%m-%d %H:%M')} UTC (run times: {eta.why})"
+
+
 def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -89,20 +104,25 @@ class Reporter:
         # that waits as it did costs no look at its pods.
         self._told: dict[str, tuple[Gang, str, str, str]] = {}
         self._gang_said: dict[str, str] = {}  # gang id -> reason code of its last Event
+        self._forecast_said: dict[str, bool] = {}  # gang id -> an Event of it said its start
         self._queue_said: dict[str, Any] = {}  # queue name -> status written
 
-    async def report(self, world: Gangs, result: CycleResult, plan: Plan) -> None:
+    async def report(
+        self, world: Gangs, result: CycleResult, plan: Plan, etas: Mapping[str, Eta] | None = None
+    ) -> None:
         calls: list[Any] = []
+        etas = etas or {}
         for job, reason in result.waiting.items():
             gang = world.gangs.get(job)
             if gang is not None:
-                calls += self._waiting(gang, reason, plan.positions.get(job))
+                calls += self._waiting(gang, reason, plan.positions.get(job), etas.get(job))
         for gang in world.problems.values():
             calls += self._waiting(gang, Reason("invalid", gang.problem), None)
         for job in plan.jobs:
             gang = world.gangs.get(job)
             if gang is not None and job not in result.waiting and self._gang_said.pop(job, ""):
                 self._told.pop(job, None)
+                self._forecast_said.pop(job, None)
                 calls.append(self.event(gang, "Normal", "Scheduled", "placed by kai-ray"))
         calls += self._queues(result, world.queue_set)
         for outcome in await gather_limited(calls, self.in_flight):
@@ -111,9 +131,11 @@ class Reporter:
             elif isinstance(outcome, BaseException) and not isinstance(outcome, ApiError):
                 log.warning("status report failed: %r", outcome)
 
-    def _waiting(self, gang: Gang, reason: Reason, position: tuple[int, int] | None) -> list[Any]:
+    def _waiting(
+        self, gang: Gang, reason: Reason, position: tuple[int, int] | None, eta: Eta | None = None
+    ) -> list[Any]:
         where = f" (position {position[0]} of {position[1]} in queue {gang.queue})" if position else ""
-        message = in_pods(describe(reason.text), gang.namespace) + where
+        message = in_pods(describe(reason.text), gang.namespace) + where + eta_phrase(eta)
         word = condition_reason(reason)
         told = self._told.get(gang.id)
         if told is not None and told[0] is gang and told[1:] == (word, message, reason.code):
@@ -127,9 +149,14 @@ class Reporter:
             if self._pod_said.get(uid) != (word, message):
                 self._pod_said[uid] = (word, message)
                 calls.append(self._pod_condition(pod, word, message))
+        known = eta is not None and eta.at is not None
         if self._gang_said.get(gang.id) != reason.code:
             self._gang_said[gang.id] = reason.code
+            self._forecast_said[gang.id] = known
             calls.append(self.event(gang, "Normal" if wants_capacity(reason) else "Warning", word, message))
+        elif known and not self._forecast_said.get(gang.id):
+            self._forecast_said[gang.id] = True  # its start became known after its first Event
+            calls.append(self.event(gang, "Normal", "Forecast", message))
         return calls
 
     async def _pod_condition(self, pod: dict[str, Any], word: str, message: str) -> None:

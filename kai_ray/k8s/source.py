@@ -18,15 +18,16 @@ KAI_RAY_CHECK_INCREMENTAL set, each observed world is compared with it (as in th
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from sortedcontainers import SortedDict
 
 from kai_ray.control.cycles import CHECK_INCREMENTAL_ENV
 from kai_ray.control.observed import Facts
+from kai_ray.control.runtime import max_runtime_reason, runtime_over_at
 from kai_ray.control.snapshot import kept
-from kai_ray.core import ClusterSnapshot, NodeInfo
+from kai_ray.core import ClusterSnapshot, JobInfo, NodeInfo, TaskStatus
 from kai_ray.k8s.gangs import Gang, GangContext, gang_of
 from kai_ray.k8s.informer import Key
 from kai_ray.k8s.owners import Lineage, Obj, OwnerKey
@@ -78,6 +79,7 @@ class KubeSource:
         self._virtual_of: dict[OwnerKey, set[Key]] = {}
         self._all_virtual = True
         self._jobs: SortedDict = SortedDict()  # (created_at, gang id) -> JobInfo, build_gangs' order
+        self.timed: set[str] = set()  # gangs with a max runtime of their own
         self._job_keys: dict[str, tuple[float, str]] = {}
         self._infos: dict[str, NodeInfo] = {}
         self._taints: dict[str, tuple[Taint, ...]] = {}
@@ -161,6 +163,33 @@ class KubeSource:
         if found is None or not any(is_virtual(p) for p in found.pods):
             return None
         return found
+
+    @property
+    def snapshot(self) -> ClusterSnapshot | None:
+        """The world the last observe built (None before the first)."""
+        return self._snapshot
+
+    def overrunning(self, now: float) -> list[tuple[Gang, str]]:
+        """Gangs that run past their max runtime (their own annotation, else their
+        queue's default), each with the reason it is stopped. A gang on its way out
+        (some pod being deleted) is left to go."""
+        defaults = {q.name: q.max_runtime for q in self.queue_set.queues if q.max_runtime is not None}
+        jobs: Iterable[JobInfo] = (
+            self._jobs.values()
+            if defaults
+            else [self._jobs[self._job_keys[gid]] for gid in self.timed if gid in self._job_keys]
+        )
+        out = []
+        for job in jobs:
+            limit = job.max_runtime if job.max_runtime is not None else defaults.get(job.queue)
+            running = [t.since for t in job.tasks if t.status is TaskStatus.RUNNING]
+            if limit is None or not running or any(t.status is TaskStatus.RELEASING for t in job.tasks):
+                continue
+            over = runtime_over_at(min(running), 0.0, limit)
+            gang = self.gangs.get(job.name)
+            if over is not None and over <= now and gang is not None:
+                out.append((gang, max_runtime_reason(limit)))
+        return out
 
     def facts(self, gang: str) -> Facts | None:
         """What people see of a gang beyond the core's job (ObservedLifecycle asks)."""
@@ -280,6 +309,7 @@ class KubeSource:
         old = self.gangs.pop(gid, None) or self.problems.pop(gid, None)
         if old is None:
             return
+        self.timed.discard(gid)
         if (order := self._job_keys.pop(gid, None)) is not None:
             del self._jobs[order]
             self._jobs_moved = True
@@ -300,6 +330,8 @@ class KubeSource:
         job = gang_job(gang, self._assumed_nodes(), self.placeholders, tolerating=self._tainted())
         self._job_keys[gid] = (gang.created_at, gid)
         self._jobs[(gang.created_at, gid)] = job
+        if gang.max_runtime is not None:
+            self.timed.add(gid)
         self._jobs_moved = True
 
     def _pod_or_virtual(self, key: Key) -> dict[str, Any]:

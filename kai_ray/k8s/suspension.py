@@ -24,6 +24,7 @@ from typing import Any
 from kai_ray.k8s.owners import Obj, as_count, meta, section, spec_of
 
 __all__ = [
+    "STOPPED",
     "SUSPENDABLE_KINDS",
     "SUSPENDED_AT",
     "SUSPENDED_BY",
@@ -32,6 +33,7 @@ __all__ = [
     "is_virtual",
     "resume_patch",
     "scale_down",
+    "stop_patch",
     "suspend_patch",
     "suspended_by_us",
     "virtual_pods",
@@ -43,6 +45,9 @@ SUSPENDED_BY = "kai-ray.io/suspended-by"  # on an owner kai-ray suspended: why (
 # delay) counts from the suspension, as it would from KubeRay's new pods after an eviction.
 SUSPENDED_AT = "kai-ray.io/suspended-at"
 VIRTUAL = "kai-ray.io/waiting-while-suspended"  # on the pods standing for a suspended owner
+# On an owner kai-ray stopped for good (it ran past its max runtime): why. It is not
+# resumed, nor does it wait; to run it again, remove this and set spec.suspend: false.
+STOPPED = "kai-ray.io/stopped"
 SUSPENDABLE_KINDS = ("RayCluster", "RayJob")
 _API = "ray.io/v1"
 
@@ -71,6 +76,18 @@ def suspend_patch(why: str, at: str) -> dict[str, Any]:
     return {"metadata": {"annotations": annotations}, "spec": {"suspend": True}}
 
 
+def stop_patch(kind: str, why: str, at: str) -> dict[str, Any] | None:
+    """A merge patch that stops the owner for good (suspended, not to be resumed), or
+    None for a kind that cannot be suspended (its pods are evicted instead)."""
+    if kind in SUSPENDABLE_KINDS:
+        patch = suspend_patch(why, at)
+        patch["metadata"]["annotations"][STOPPED] = why[:500]
+        return patch
+    if kind == "Job":  # a batch Job's own suspend: its controller deletes the pods
+        return {"metadata": {"annotations": {STOPPED: why[:500]}}, "spec": {"suspend": True}}
+    return None
+
+
 def resume_patch() -> dict[str, Any]:
     return {"metadata": {"annotations": {SUSPENDED_BY: None, SUSPENDED_AT: None}}, "spec": {"suspend": False}}
 
@@ -92,6 +109,8 @@ def virtual_pods(kind: str, obj: Obj, scheduler: str) -> list[dict[str, Any]]:
     each worker group's replicas (within its min and max) x numOfHosts; none otherwise."""
     if kind not in SUSPENDABLE_KINDS or not suspended_by_us(obj) or not _kuberay_suspended(kind, obj):
         return []
+    if STOPPED in section(obj, "annotations"):
+        return []  # stopped for good: it does not wait
     spec = spec_of(obj)
     cluster = spec if kind == "RayCluster" else spec.get("rayClusterSpec")
     if not isinstance(cluster, Mapping):

@@ -183,6 +183,8 @@ def gang_job(
         topology=gang.topology,
         node_selector=selector,
         subgroups=gang.subgroup_min,
+        expected_runtime=gang.expected_runtime,
+        max_runtime=gang.max_runtime,
     )
 
 

@@ -1,0 +1,112 @@
+"""Time on a real kube-apiserver with KubeRay's own operator: a RayCluster past the max
+runtime its annotation (or its queue) gives is stopped for good (suspended, marked, told
+in an Event, never resumed); a waiting gang's pods say when it is expected to start;
+a bad annotation is refused naming the object, the annotation and the fix."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from kai_ray.k8s.gangs import EXPECTED_RUNTIME, MAX_RUNTIME
+from kai_ray.k8s.suspension import STOPPED
+from tests.k8s.env import NS, K8sEnv, bound, group, raycluster, running
+
+pytestmark = pytest.mark.k8s
+RC = f"/apis/ray.io/v1/namespaces/{NS}/rayclusters"
+
+
+def _annotated(body: dict[str, Any], **annotations: str) -> dict[str, Any]:
+    body["metadata"]["annotations"] = {**(body["metadata"].get("annotations") or {}), **annotations}
+    return body
+
+
+def _waiting_message(k8s: K8sEnv, cluster: str) -> str:
+    """The PodScheduled message of the cluster's unbound pods ("" while none has one)."""
+    for pod in k8s.pods(f"ray.io/cluster={cluster}"):
+        for cond in (pod.get("status") or {}).get("conditions") or []:
+            if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+                return str(cond.get("message") or "")
+    return ""
+
+
+def test_a_raycluster_past_its_max_runtime_is_stopped_for_good(k8s: K8sEnv) -> None:
+    k8s.node("n0", gpus=4)
+    k8s.queue("team", gpu=4)
+    k8s.start_fakes()
+    k8s.start_operator()
+    body = raycluster("capped", group("gpu", replicas=1, gpus=4), queue="team", priority="train")
+    k8s.create(RC, _annotated(body, **{MAX_RUNTIME: "6s"}))
+    k8s.wait_for("capped running", lambda: len(running(k8s.cluster_pods("capped"))) == 2, timeout=60)
+    started = time.monotonic()
+    capped = k8s.wait_for(
+        "capped stopped", lambda: (o := k8s.get(f"{RC}/capped"))["spec"].get("suspend") and o, timeout=60
+    )
+    assert time.monotonic() - started >= 3.0  # not before its run time is spent (bind to running took some)
+    why = "stopped: it ran past its max runtime of 6s"
+    assert capped["metadata"]["annotations"][STOPPED] == why
+    events = [e for e in k8s.events("capped") if e["reason"] == "Stopped"]
+    assert [e["message"] for e in events] == [why]
+    k8s.wait_for("its pods gone", lambda: not k8s.cluster_pods("capped"), timeout=60)
+    # Stopped for good: room is free, yet nothing of it is made again or resumed.
+    time.sleep(4)
+    assert not k8s.cluster_pods("capped")
+    assert k8s.get(f"{RC}/capped")["spec"]["suspend"] is True
+    # The room it held goes to the next one.
+    k8s.create(RC, raycluster("next", group("gpu", replicas=1, gpus=4), queue="team", priority="train"))
+    k8s.wait_for("next running", lambda: len(running(k8s.cluster_pods("next"))) == 2, timeout=60)
+
+
+def test_a_queues_max_runtime_stops_what_declares_none(k8s: K8sEnv) -> None:
+    k8s.node("n0", gpus=4)
+    k8s.queue("team", gpu=4, maxRuntime="8s")
+    k8s.start_fakes()
+    k8s.start_operator()
+    k8s.create(RC, raycluster("plain", group("gpu", replicas=1, gpus=4), queue="team", priority="train"))
+    k8s.wait_for("plain placed", lambda: len(bound(k8s.cluster_pods("plain"))) == 2, timeout=60)
+    plain = k8s.wait_for(
+        "plain stopped", lambda: (o := k8s.get(f"{RC}/plain"))["spec"].get("suspend") and o, timeout=60
+    )
+    assert plain["metadata"]["annotations"][STOPPED] == "stopped: it ran past its max runtime of 8s"
+
+
+def test_a_waiting_gang_says_when_it_is_expected_to_start(k8s: K8sEnv) -> None:
+    k8s.node("n0", gpus=4)
+    k8s.queue("team", gpu=4)
+    k8s.start_fakes()
+    k8s.start_operator()
+    busy = raycluster("busy", group("gpu", replicas=1, gpus=4), queue="team", priority="train")
+    k8s.create(RC, _annotated(busy, **{EXPECTED_RUNTIME: "2h"}))
+    k8s.wait_for("busy running", lambda: len(running(k8s.cluster_pods("busy"))) == 2, timeout=60)
+    k8s.create(RC, raycluster("next", group("gpu", replicas=1, gpus=4), queue="team", priority="train"))
+    message = k8s.wait_for(
+        "a forecast in next's pods",
+        lambda: "expected to start about" in (m := _waiting_message(k8s, "next")) and m,
+        timeout=60,
+    )
+    assert message.endswith("UTC (run times: declared)")
+    start = time.strftime("%Y-%m-%d %H", time.gmtime(time.time() + 7200))
+    assert f"expected to start about {start}" in message  # two hours from now, to the hour
+    said = k8s.wait_for(
+        "an Event with the forecast",
+        lambda: [e for e in k8s.events("next") if "expected to start about" in e["message"]],
+        timeout=30,
+    )
+    assert said[0]["reason"] in ("Forecast", "Unschedulable") and said[0]["type"] == "Normal"
+
+
+def test_a_bad_runtime_annotation_is_refused_naming_it_and_running_work_is_kept(k8s: K8sEnv) -> None:
+    k8s.node("n0", gpus=8)
+    k8s.queue("team", gpu=8)
+    k8s.start_fakes()
+    k8s.start_operator()
+    k8s.create(RC, raycluster("fine", group("gpu", replicas=1, gpus=4), queue="team", priority="train"))
+    k8s.wait_for("fine running", lambda: len(running(k8s.cluster_pods("fine"))) == 2, timeout=60)
+    bad = raycluster("bad", group("gpu", replicas=1, gpus=4), queue="team", priority="train")
+    k8s.create(RC, _annotated(bad, **{MAX_RUNTIME: "soon"}))
+    message = k8s.wait_for("bad refused", lambda: _waiting_message(k8s, "bad"), timeout=60)
+    assert f"annotation {MAX_RUNTIME} on RayCluster {NS}/bad" in message
+    assert "'soon' is not a duration" in message and "remove the annotation" in message
+    assert len(running(k8s.cluster_pods("fine"))) == 2
