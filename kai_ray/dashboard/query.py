@@ -22,7 +22,15 @@ SORTS: dict[str, Any] = {
     "state": lambda w: (_STATE_RANK.get(w["state"], 99), w["created_at"]),
     "gpus": lambda w: -w["gpus"],
     "preemptions": lambda w: -w["preemptions"],
+    # The soonest forecast start first, then waiting work with no forecast, then the rest.
+    "starts": lambda w: _starts(w.get("eta")) + (w["created_at"],),
 }
+def _starts(eta: Any) -> tuple[int, float]:
+    if eta is None:
+        return (2, 0.0)
+    return (1, 0.0) if eta.get("in_s") is None else (0, eta["in_s"])
+
+
 DEFAULT_LIMIT = 200
 MAX_LIMIT = 100_000
 

@@ -39,6 +39,7 @@ def write_report(out: Path, results: Sequence[Metrics], title: str, extra: dict[
         f"<h1>{html.escape(title)}</h1>",
         _facts(extra),
         _headline_table(results),
+        _forecast_table(results),
         _figure(_utilisation(results, edges), "GPU utilisation over time"),
         _figure(
             _cdfs(results),
@@ -130,6 +131,27 @@ def _table(head: Sequence[str], rows: list[list[str]]) -> str:
 
 def _headline_table(results: Sequence[Metrics]) -> str:
     return _table(_HEAD, [_row(m.policy.name, m.summary) for m in results])
+
+
+def _forecast_table(results: Sequence[Metrics]) -> str:
+    """How close each job's forecast start (taken at submission) came, where taken."""
+    rows = [
+        [
+            html.escape(m.policy.name),
+            str(a["jobs_waited_over_10m"]),
+            str(a["forecast"]),
+            str(a["no_forecast"]),
+            _fmt(a["relative_error_p50"], digits=3),
+            _fmt(a["relative_error_p90"], digits=3),
+        ]
+        for m in results
+        if (a := m.summary.get("forecast_accuracy")) is not None
+    ]
+    if not rows:
+        return ""
+    head = ("policy", "jobs that waited > 10 min", "forecast", "no forecast", "error p50", "error p90")
+    caption = "<p>Forecast start at submission: error = |forecast - start| / wait</p>"
+    return caption + _table(head, rows)
 
 
 def _queue_table(m: Metrics) -> str:

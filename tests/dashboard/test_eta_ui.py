@@ -63,6 +63,11 @@ def test_api_rows_carry_the_eta(server: ServerThread) -> None:
     assert rows["busy"]["eta"] is None and rows["mystery"]["eta"] is None
 
 
+def test_sorting_by_start_puts_the_soonest_first_and_the_unknown_last(server: ServerThread) -> None:
+    items = api(server.url + "api/v1/workloads?sort=starts")["items"]
+    assert [w["id"] for w in items][:2] == ["next", "stuck"]  # then the running, by age
+
+
 def test_starts_column_shows_the_forecast_with_its_sentence_as_title(
     server: ServerThread,
     browser: Any,  # noqa: F811

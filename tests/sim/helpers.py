@@ -30,12 +30,12 @@ def simulate(
     cluster: str = "1x4",
     queues: Sequence[QueueInfo] | None = None,
     checkpoint_s: float = 0.0,
+    runtime_estimates: str = "",
 ) -> tuple[Simulation, Metrics]:
     nodes = parse_cluster(cluster)
     names = sorted({j.queue for j in jobs})
     if queues is None:
         queues = [QueueInfo(name=n) for n in names]
-    sim = Simulation(
-        jobs, nodes, queues, make_policy(policy), Options(checkpoint_s=checkpoint_s, event_log=True)
-    )
+    options = Options(checkpoint_s=checkpoint_s, event_log=True, runtime_estimates=runtime_estimates)
+    sim = Simulation(jobs, nodes, queues, make_policy(policy), options)
     return sim, sim.run()

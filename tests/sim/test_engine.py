@@ -251,3 +251,38 @@ def test_incremental_cycles_decide_as_full_ones(policy: str) -> None:
     assert inc_summary["gpu_hours_lost"] == pytest.approx(full_summary["gpu_hours_lost"])
     if policy != "fifo":
         assert inc_summary["preemptions"] > 0  # the mix is contended enough to evict
+
+
+def test_with_exact_run_times_the_forecast_at_submission_is_each_start() -> None:
+    # One node of 4 GPUs: A holds it 0..100; B (4 GPUs, 50 s) and C (4 GPUs) queue behind.
+    jobs = [job("A", 0, 100, 4), job("B", 10, 50, 4), job("C", 20, 30, 4), job("D", 700, 10, 4)]
+    sim, m = simulate(jobs, "fifo", runtime_estimates="exact")
+    assert {n: sim.runs[n].forecast for n in "ABCD"} == {"A": 0, "B": 100, "C": 150, "D": 700}
+    assert {n: sim.runs[n].first_start for n in "ABCD"} == {"A": 0, "B": 100, "C": 150, "D": 700}
+    # none waited longer than 10 minutes: nothing to score
+    assert m.summary["forecast_accuracy"]["jobs_waited_over_10m"] == 0
+
+
+def test_forecast_accuracy_scores_long_waits_against_their_wait() -> None:
+    # A holds the node for 2000 s; B waits 1990 s. With noisy run times A's is off, and
+    # B's forecast is off by as much: the error is that over B's wait.
+    jobs = [job("A", 0, 2000, 4), job("B", 10, 100, 4)]
+    exact, m = simulate(jobs, "fifo", runtime_estimates="exact")
+    assert m.summary["forecast_accuracy"] == {
+        "jobs_waited_over_10m": 1,
+        "forecast": 1,
+        "no_forecast": 0,
+        "relative_error_p50": 0.0,
+        "relative_error_p90": 0.0,
+    }
+    noisy, m = simulate(jobs, "fifo", runtime_estimates="noisy")
+    b = noisy.runs["B"]
+    assert b.first_start == 2000 and b.forecast is not None and b.forecast != 2000
+    error = abs(b.forecast - 2000) / 1990
+    assert m.summary["forecast_accuracy"]["relative_error_p50"] == pytest.approx(error)
+    assert 0.5 * 2000 <= b.forecast <= 2 * 2000 + 10
+
+
+def test_without_run_times_no_forecast_is_scored() -> None:
+    _, m = simulate([job("A", 0, 2000, 4), job("B", 10, 100, 4)], "fifo")
+    assert "forecast_accuracy" not in m.summary

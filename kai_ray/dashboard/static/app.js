@@ -113,7 +113,7 @@
   const WorkloadsPage = {
     mount() {
       const states = ["", "Queued", "Admitting", "Running", "Preempting", "Succeeded", "Failed", "Cancelled"];
-      const sorts = ["line", "waiting", "priority", "created", "name", "queue", "state", "gpus", "preemptions"];
+      const sorts = ["line", "waiting", "starts", "priority", "created", "name", "queue", "state", "gpus", "preemptions"];
       main.innerHTML = `<h2>Workloads</h2><div class="controls">
         <input id="wl-q" type="search" placeholder="search id, name, queue, reason" value="${esc(S.wl.q)}" size="34">
         <select id="wl-state">${states.map((s) => `<option value="${s}"${s === S.wl.state ? " selected" : ""}>${s || "any state"}</option>`).join("")}</select>
