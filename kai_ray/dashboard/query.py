@@ -23,8 +23,10 @@ SORTS: dict[str, Any] = {
     "gpus": lambda w: -w["gpus"],
     "preemptions": lambda w: -w["preemptions"],
     # The soonest forecast start first, then waiting work with no forecast, then the rest.
-    "starts": lambda w: _starts(w.get("eta")) + (w["created_at"],),
+    "starts": lambda w: (*_starts(w.get("eta")), w["created_at"]),
 }
+
+
 def _starts(eta: Any) -> tuple[int, float]:
     if eta is None:
         return (2, 0.0)

@@ -50,7 +50,9 @@ def test_past_its_max_runtime_it_gets_its_notice_and_is_stopped_with_the_reason(
     h = fn.submit(gate)
     assert h.wait_admitted(30)["state"] == "Running"
     (notice,) = wait_until(
-        lambda: entries(gate, "notice"), timeout=30, what=lambda: f"the notice: {h.info()} {ray.get(gate.entries.remote())}"
+        lambda: entries(gate, "notice"),
+        timeout=30,
+        what=lambda: f"the notice: {h.info()} {ray.get(gate.entries.remote())}",
     )
     assert notice["reason"] == "stopped: it ran past its max runtime of 10s"
     assert h.status() == "Preempting" and groups_of(h.id)  # its grace period: still held
@@ -105,7 +107,16 @@ def test_a_job_submitted_with_max_runtime_is_stopped_and_its_status_says_why(
     script.write_text(JOB)
     argv = ["job", "submit", "--queue", "a", "--gpus", "4", "--cpus", "0.1", "--workers", "3"]
     code, out, err = run_cli(
-        capsys, *argv, "--max-runtime", "4s", "--grace-period", "0", "--json", "--", sys.executable, str(script)
+        capsys,
+        *argv,
+        "--max-runtime",
+        "4s",
+        "--grace-period",
+        "0",
+        "--json",
+        "--",
+        sys.executable,
+        str(script),
     )
     assert code == 0, err
     import json

@@ -267,7 +267,7 @@ def test_forecast_accuracy_scores_long_waits_against_their_wait() -> None:
     # A holds the node for 2000 s; B waits 1990 s. With noisy run times A's is off, and
     # B's forecast is off by as much: the error is that over B's wait.
     jobs = [job("A", 0, 2000, 4), job("B", 10, 100, 4)]
-    exact, m = simulate(jobs, "fifo", runtime_estimates="exact")
+    _, m = simulate(jobs, "fifo", runtime_estimates="exact")
     assert m.summary["forecast_accuracy"] == {
         "jobs_waited_over_10m": 1,
         "forecast": 1,
