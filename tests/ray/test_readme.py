@@ -100,6 +100,7 @@ def test_the_tour_runs_in_order(start_scheduler: Any, ray_cluster: Any) -> None:
     assert "PASS" in text and "FAIL" not in text  # the scenarios
     assert '"allocate_ms"' in text or "allocate" in text  # the bench printed its JSON
     assert "/tmp/kai-ray-sim/report.html" in text  # the simulator wrote its report
+    assert "expected to start in about 2h (run times: declared)" in text  # the forecast
 
 
 @pytest.mark.timeout(600)
