@@ -147,15 +147,18 @@ class _Forward:
     # ------------------------------------------------------------ the snapshot
 
     def _add(self, job: JobInfo) -> None:
+        pending = TaskStatus.PENDING
+        if all(t.status is pending for t in job.tasks):  # most of a deep line: waiting whole
+            if job.tasks:
+                self._wait(job)
+            return
         holding = [t for t in job.tasks if t.status.holds_capacity and t.node in self.node_index]
-        active = any(t.status.is_active for t in job.tasks)
         for t in holding:
             self.free[self.node_index[t.node or ""]] -= self._vector(t.request)
         if holding:
             self._ending(job, holding)
-        if active or not any(t.status is TaskStatus.PENDING for t in job.tasks):
-            return
-        self._wait(job)
+        if not any(t.status.is_active for t in job.tasks) and any(t.status is pending for t in job.tasks):
+            self._wait(job)
 
     def _ending(self, job: JobInfo, holding: Sequence[TaskInfo]) -> None:
         releasing = [t for t in holding if t.status is TaskStatus.RELEASING]
@@ -182,12 +185,12 @@ class _Forward:
         heapq.heappush(self.ends, (at, next(self._order), end))
 
     def _wait(self, job: JobInfo) -> None:
-        pending = [t for t in job.tasks if t.status is TaskStatus.PENDING]
-        request = self._vector(pending[0].request)
+        first = next(t for t in job.tasks if t.status is TaskStatus.PENDING)
+        request = self._vector(first.request)
         tasks = max(1, min(job.gang_size, len(job.tasks)))
         mode = "one" if job.topology is not None else ("spread" if job.spread == "required" else "pack")
-        selector = tuple(sorted(job.node_selector.items()))
-        key = (tuple(request), tasks, mode, selector)
+        selector = tuple(sorted(job.node_selector.items())) if job.node_selector else ()
+        key = (request, tasks, mode, selector)
         sid = self._shape_ids.get(key)
         if sid is None:
             sid = self._shape_ids[key] = len(self.shapes)
