@@ -72,6 +72,7 @@ NEEDED = [
     ("list", "rayclusters.ray.io"),
     ("patch", "rayclusters.ray.io"),
     ("patch", "rayjobs.ray.io"),
+    ("patch", "jobs.batch"),  # a Job past its max runtime is suspended
     ("watch", "priorityclasses"),
 ]
 NOT_NEEDED = [

@@ -110,3 +110,56 @@ def test_a_bad_runtime_annotation_is_refused_naming_it_and_running_work_is_kept(
     assert f"annotation {MAX_RUNTIME} on RayCluster {NS}/bad" in message
     assert "'soon' is not a duration" in message and "remove the annotation" in message
     assert len(running(k8s.cluster_pods("fine"))) == 2
+
+
+def _batch_job(name: str, **annotations: str) -> dict[str, Any]:
+    container = {
+        "name": "work",
+        "image": "busybox",
+        "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "4"}, "limits": {"nvidia.com/gpu": "4"}},
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": NS,
+            "labels": {"kai.scheduler/queue": "team"},
+            "annotations": annotations,
+        },
+        "spec": {
+            "parallelism": 1,
+            "completions": 1,
+            "template": {
+                "metadata": {"labels": {"job": name}},
+                "spec": {
+                    "schedulerName": "kai-scheduler",
+                    "restartPolicy": "Never",
+                    "containers": [container],
+                },
+            },
+        },
+    }
+
+
+def test_a_batch_job_past_its_max_runtime_is_suspended_for_good(k8s: K8sEnv) -> None:
+    k8s.node("n0", gpus=4)
+    k8s.queue("team", gpu=4)
+    k8s.start_controllers()  # Kubernetes' Job controller makes the pods and takes them away
+    k8s.start_fakes()
+    k8s.start_operator()
+    k8s.create(f"/apis/batch/v1/namespaces/{NS}/jobs", _batch_job("capped", **{MAX_RUNTIME: "6s"}))
+    k8s.wait_for("its pod placed", lambda: bound(k8s.pods("job=capped")), timeout=60)
+    job = k8s.wait_for(
+        "the job suspended",
+        lambda: (o := k8s.get(f"/apis/batch/v1/namespaces/{NS}/jobs/capped"))["spec"].get("suspend") and o,
+        timeout=60,
+    )
+    why = "stopped: it ran past its max runtime of 6s"
+    assert job["metadata"]["annotations"][STOPPED] == why
+    assert [e["message"] for e in k8s.events("capped") if e["reason"] == "Stopped"] == [why]
+    k8s.wait_for(
+        "its pod gone",
+        lambda: not [p for p in k8s.pods("job=capped") if not p["metadata"].get("deletionTimestamp")],
+        timeout=60,
+    )
