@@ -45,6 +45,7 @@ from kai_ray.core import (
     TaskInfo,
     TaskStatus,
 )
+from kai_ray.core.cycle import paused_collection
 
 __all__ = ["FORECAST_EVERY_S", "HORIZON_S", "Eta", "Forecaster", "forecast"]
 
@@ -106,8 +107,14 @@ def forecast(
     fair_share: Mapping[str, QueueStatus] | None = None,
     horizon_s: float = HORIZON_S,
 ) -> dict[str, Eta]:
-    """Each waiting workload of the snapshot (none of its gang placed) -> its Eta."""
-    return _Forward(snapshot, now, runtimes, fair_share or {}, horizon_s).run()
+    """Each waiting workload of the snapshot (none of its gang placed) -> its Eta.
+
+    Python's cyclic collector is paused meanwhile, as for a cycle (core.paused_collection):
+    the forecast makes tens of thousands of small objects, and in a scheduler's process
+    (Ray's actor, the operator, with every workload and pod alive) each full collection
+    they trigger walks all of those; here that made the forecast 1.5x slower."""
+    with paused_collection():
+        return _Forward(snapshot, now, runtimes, fair_share or {}, horizon_s).run()
 
 
 class _Forward:
