@@ -28,7 +28,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from kai_ray.config.base import Duration, Quantity, StrictModel, read_yaml_documents
 from kai_ray.config.errors import ConfigError, from_validation_error
 from kai_ray.core.model import RESOURCES, UNLIMITED, QueueInfo
-from kai_ray.core.quantity import format_bytes
+from kai_ray.core.quantity import format_bytes, parse_run_time
 from kai_ray.core.queues import QueueTreeError, build_queue_tree, resource_problem
 
 __all__ = [
@@ -219,11 +219,12 @@ def queue_info(
 
 
 def _positive_runtime(queue: str, key: str, value: float | None) -> float | None:
-    if value is not None and value <= 0:
-        raise ConfigError(
-            f"{key} = {value:g}s must be above 0 (leave it out for none)", field=f"queue {queue!r}"
-        )
-    return value
+    if value is None:
+        return None
+    try:
+        return parse_run_time(value)
+    except ValueError as exc:
+        raise ConfigError(f"{key} = {value:g}s: {exc}", field=f"queue {queue!r}") from None
 
 
 def _triple(spec: ResourceSpec | KaiResourceSpec) -> tuple[float, float, float]:

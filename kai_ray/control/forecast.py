@@ -143,8 +143,7 @@ class _Forward:
         self.unknown: dict[str, None] = {}  # running work with no run time known
         self.shapes: list[_Shape] = []
         self._shape_ids: dict[tuple[object, ...], int] = {}
-        self.waiting: dict[str, str] = {}  # job -> its queue
-        self.infos: dict[str, JobInfo] = {}  # the waiting ones
+        self.infos: dict[str, JobInfo] = {}  # the waiting ones, until placed
         self.sources: set[str] = set()  # what the ends so far were estimated from
         self.basis = "work being released"
         for job in snap.jobs:
@@ -208,7 +207,6 @@ class _Forward:
         rank = (-job.priority, job.created_at)
         self.lines.setdefault(job.queue, {}).setdefault(sid, deque()).append((rank, job.name))
         self._hold(job.queue, 0.0)
-        self.waiting[job.name] = job.queue
         self.infos[job.name] = job
 
     def _vector(self, request: Request) -> tuple[float, float, float]:
@@ -284,7 +282,7 @@ class _Forward:
 
     def run(self) -> dict[str, Eta]:
         etas: dict[str, Eta] = {}
-        while self.waiting and self.ends and self.ends[0][0] <= self.horizon:
+        while self.infos and self.ends and self.ends[0][0] <= self.horizon:
             first = self.ends[0][0]
             # Ends close together are taken as one: within 1% of how far ahead they are
             # (a forecast 10 h out is one to about 6 min), which bounds the passes.
@@ -294,7 +292,7 @@ class _Forward:
                 freed.append(self._end(heapq.heappop(self.ends)[2]))
             self._changed(np.unique(np.concatenate(freed)))
             self._place_all(t, etas)
-        return {**etas, **{job: self._no_eta(job) for job in self.waiting}}
+        return {**etas, **{job: self._no_eta(job) for job in self.infos}}
 
     def _end(self, end: _End) -> np.ndarray:
         """Its room back; the nodes whose room changed."""
@@ -321,7 +319,6 @@ class _Forward:
                 del by_shape[sid]
                 if not by_shape:
                     del self.lines[queue]
-            del self.waiting[job]
             self._start(sid, job, queue, t)
             etas[job] = Eta(t, self.basis, self.now)
 

@@ -342,24 +342,25 @@ def _evict(w: Workload, e: TasksEvicted, now: float, words: Words) -> list[Effec
         effects = _release_all(w)
         _move(w, State.QUEUED, now, f"evicted before it started ({e.why})")
         return effects
-    w.deadline = now + max(0.0, w.spec.grace_period)
-    _move(w, State.PREEMPTING, now, f"preempted ({e.why}); stopping at the deadline")
-    notice = Notify({"reason": e.why, "deadline": w.deadline, "attempt": w.attempt})
-    if w.deadline <= now:
-        return [notice, *_grace_over(w, GraceOver(), now, words)]
-    return [notice]
+    return _give_notice(w, f"preempted ({e.why})", e.why, now, words)
 
 
 def _runtime_over(w: Workload, e: RuntimeOver, now: float, words: Words) -> list[Effect]:
     """Stopped for good, the way a preemption stops it: the notice, the grace period,
     then the end (a failure, with this reason, instead of a place back in line)."""
     w.stop_reason = max_runtime_reason(w.spec.max_runtime or 0.0)
+    return _give_notice(w, w.stop_reason, w.stop_reason, now, words)
+
+
+def _give_notice(w: Workload, why: str, notice: str, now: float, words: Words) -> list[Effect]:
+    """PREEMPTING until the end of its grace period (`why` in its history), with the
+    notice the workload reads; at once when it has no grace period."""
     w.deadline = now + max(0.0, w.spec.grace_period)
-    _move(w, State.PREEMPTING, now, f"{w.stop_reason}; stopping at the deadline")
-    notice = Notify({"reason": w.stop_reason, "deadline": w.deadline, "attempt": w.attempt})
+    _move(w, State.PREEMPTING, now, f"{why}; stopping at the deadline")
+    said = Notify({"reason": notice, "deadline": w.deadline, "attempt": w.attempt})
     if w.deadline <= now:
-        return [notice, *_grace_over(w, GraceOver(), now, words)]
-    return [notice]
+        return [said, *_grace_over(w, GraceOver(), now, words)]
+    return [said]
 
 
 def _grace_over(w: Workload, e: GraceOver, now: float, words: Words) -> list[Effect]:

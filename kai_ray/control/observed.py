@@ -19,21 +19,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from kai_ray.control.events import Admitted, ControlEvent, Preempted, WorkloadChanged
-from kai_ray.control.forecast import Eta, Forecaster, forecast
+from kai_ray.control.forecast import Eta, Forecaster
 from kai_ray.control.planner import Plan
-from kai_ray.control.runtime import Runtimes
 from kai_ray.control.views import Holding, WorkloadView
 from kai_ray.control.workload import State
-from kai_ray.core import (
-    ClusterSnapshot,
-    CycleResult,
-    JobInfo,
-    NodeInfo,
-    QueueInfo,
-    QueueStatus,
-    Reason,
-    TaskStatus,
-)
+from kai_ray.core import ClusterSnapshot, CycleResult, JobInfo, NodeInfo, Reason, TaskStatus
 from kai_ray.core.subgroups import info_shortfall
 
 __all__ = ["Facts", "ObservedLifecycle", "observed_state"]
@@ -76,18 +66,14 @@ class ObservedLifecycle:
         forecaster: Forecaster | None = None,
     ) -> None:
         """`forecaster`: when waiting workloads start (the backend's, from its world);
-        None: one made here from the last cycle's world."""
+        None: the views say none."""
         self.facts = facts
         self.keep_absent_s = keep_absent_s
         self.seen: dict[str, _Seen] = {}
         self.waiting: dict[str, Reason] = {}
         self._jobs: list[JobInfo] = []
         self._nodes: list[NodeInfo] = []
-        self._queues: list[QueueInfo] = []
-        self._status: Mapping[str, QueueStatus] = {}
-        self._placed: set[str] = set()  # bound by the last cycle: holding now, not waiting
-        self.runtimes = Runtimes()
-        self.forecaster = forecaster or Forecaster(self._forecast)  # when waiting workloads start
+        self.forecaster = forecaster
 
     def record(
         self, snapshot: ClusterSnapshot, result: CycleResult, plan: Plan, now: float
@@ -106,8 +92,6 @@ class ObservedLifecycle:
             if seen.state != state:
                 events += self._moved(seen, job, state, _reason(state, job.name, result, evicted), now)
         self.waiting, self._jobs, self._nodes = dict(plan.waiting), snapshot.jobs, snapshot.nodes
-        self._queues, self._status = snapshot.queues, result.queues
-        self._placed = {job for job, jp in plan.jobs.items() if jp.binds}
         if len(self.seen) > len(snapshot.jobs):
             events += self._forget(snapshot, now)
         return events
@@ -140,17 +124,9 @@ class ObservedLifecycle:
             )
         return events
 
-    def _forecast(self, now: float) -> dict[str, Eta]:
-        """The forecast from the last cycle's world, less what it bound (those hold their
-        room now: the next cycle's world shows where)."""
-        jobs = [j for j in self._jobs if j.name not in self._placed]
-        self.runtimes.set_queues(self._queues)
-        snapshot = ClusterSnapshot(nodes=self._nodes, queues=self._queues, jobs=jobs)
-        return forecast(snapshot, now, self.runtimes, self._status)
-
     def views(self, now: float) -> list[WorkloadView]:
         memory = {n.name: n.gpu_memory for n in self._nodes}
-        etas = self.forecaster.get(now)
+        etas = self.forecaster.get(now) if self.forecaster is not None else {}
         return [self._view(job, memory, etas.get(job.name)) for job in self._jobs if job.name in self.seen]
 
     def _view(self, job: JobInfo, memory: Mapping[str, float], eta: Eta | None = None) -> WorkloadView:

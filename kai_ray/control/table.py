@@ -60,9 +60,7 @@ class WorkloadTable:
             self.workloads[w.id] = w
         done = sorted((w for w in self.workloads.values() if w.terminal), key=lambda w: w.since)
         self._finished = dict.fromkeys(w.id for w in done)
-        self.timed = {
-            w.id: None for w in self.workloads.values() if w.state is State.RUNNING and w.spec.max_runtime
-        }
+        self.timed = dict.fromkeys(w.id for w in self.workloads.values() if _runs_timed(w))
 
     # ------------------------------------------------------------ transitions and effects
 
@@ -88,7 +86,7 @@ class WorkloadTable:
     def _timed(self, w: Workload, old: State) -> None:
         """Keep `timed` to the running workloads with a max runtime (the controller
         looks at them each step), and learn how long a workload took when it succeeds."""
-        if w.state is State.RUNNING and w.spec.max_runtime is not None:
+        if _runs_timed(w):
             self.timed[w.id] = None
         else:
             self.timed.pop(w.id, None)
@@ -169,6 +167,11 @@ class WorkloadTable:
             del self._finished[wid]
             if self.workloads.pop(wid, None) is not None:
                 self.changed(wid)
+
+
+def _runs_timed(w: Workload) -> bool:
+    """Running with a max runtime: looked at each step (WorkloadTable.timed)."""
+    return w.state is State.RUNNING and w.spec.max_runtime is not None
 
 
 def _workers(w: Workload) -> list[tuple[str, str, float | None]]:

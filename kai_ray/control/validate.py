@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from kai_ray.control.snapshot import job_info, parse_resources, request_for
 from kai_ray.control.workload import Workload, WorkloadSpec
 from kai_ray.core import NodeInfo, QueueInfo, Request, device_share, gang_never_fits
-from kai_ray.core.quantity import parse_duration
+from kai_ray.core.quantity import parse_run_time
 from kai_ray.core.queues import leaf_queue_problem, listing
 
 __all__ = [
@@ -49,12 +49,9 @@ def check_runtimes(spec: WorkloadSpec) -> None:
         if value is None:
             continue
         try:
-            seconds = parse_duration(value)
+            setattr(spec, name, parse_run_time(value))
         except ValueError as exc:
             raise SubmitError(f"{name}={value!r}: {exc}") from None
-        if not seconds > 0 or seconds == float("inf"):
-            raise SubmitError(f"{name}={value!r}: must be a run time above 0 (leave it out for none)")
-        setattr(spec, name, seconds)
 
 
 def validate_spec(

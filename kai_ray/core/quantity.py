@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import re
 
-__all__ = ["QuantityError", "format_bytes", "parse_duration", "parse_quantity"]
+__all__ = ["QuantityError", "format_bytes", "parse_duration", "parse_quantity", "parse_run_time"]
 
 _SUFFIX: dict[str, float] = {
     "": 1.0,
@@ -71,6 +71,15 @@ def parse_duration(value: object) -> float:
         if parts and "".join(n + u for n, u in parts) == body:
             return sign * sum(float(n) * _DURATION_UNIT[u] for n, u in parts)
     raise QuantityError(f"{value!r} is not a duration; write seconds or e.g. 90s, 5m, 1h30m")
+
+
+def parse_run_time(value: object) -> float:
+    """A run time (expected or max): a duration above 0 and finite, in seconds. Raises
+    QuantityError (a ValueError) saying what is wrong; callers add where it was written."""
+    seconds = parse_duration(value)
+    if not 0 < seconds < float("inf"):
+        raise QuantityError("must be a run time above 0 (leave it out for none)")
+    return seconds
 
 
 def format_bytes(value: float) -> str:

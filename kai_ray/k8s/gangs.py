@@ -22,7 +22,7 @@ from kai_ray.config.priority import (
 )
 from kai_ray.control.affinity import node_affinity, read_terms
 from kai_ray.core.model import NodeAffinity, NodeSelectorTerm, Request, TopologyConstraint
-from kai_ray.core.quantity import parse_duration
+from kai_ray.core.quantity import parse_run_time
 from kai_ray.k8s.owners import (
     Known,
     Lineage,
@@ -320,12 +320,9 @@ def _runtimes(
         seconds = None
         if found is not None:
             try:
-                seconds = parse_duration(found.value)
-                if not seconds > 0 or seconds == float("inf"):
-                    raise ValueError(f"{found.value!r} must be a run time above 0, e.g. 90m or 2h")
+                seconds = parse_run_time(found.value)
             except ValueError as e:
                 problems.append(f"{what}: {found.where}: {e}; or remove the annotation")
-                seconds = None
         values.append(seconds)
     limit = values[1]
     if limit is not None:

@@ -25,7 +25,7 @@ from sortedcontainers import SortedDict
 
 from kai_ray.control.cycles import CHECK_INCREMENTAL_ENV
 from kai_ray.control.observed import Facts
-from kai_ray.control.runtime import max_runtime_reason, runtime_over_at
+from kai_ray.control.runtime import Runtimes, max_runtime_reason, runtime_over_at
 from kai_ray.control.snapshot import kept
 from kai_ray.core import ClusterSnapshot, JobInfo, NodeInfo, TaskStatus
 from kai_ray.k8s.gangs import Gang, GangContext, gang_of
@@ -173,7 +173,9 @@ class KubeSource:
         """Gangs that run past their max runtime (their own annotation, else their
         queue's default), each with the reason it is stopped. A gang on its way out
         (some pod being deleted) is left to go."""
-        defaults = {q.name: q.max_runtime for q in self.queue_set.queues if q.max_runtime is not None}
+        runtimes = Runtimes()
+        runtimes.set_queues(self.queue_set.queues)
+        defaults = any(q.max_runtime is not None for q in self.queue_set.queues)
         jobs: Iterable[JobInfo] = (
             self._jobs.values()
             if defaults
@@ -181,7 +183,7 @@ class KubeSource:
         )
         out = []
         for job in jobs:
-            limit = job.max_runtime if job.max_runtime is not None else defaults.get(job.queue)
+            limit = runtimes.max_runtime(job)
             running = [t.since for t in job.tasks if t.status is TaskStatus.RUNNING]
             if limit is None or not running or any(t.status is TaskStatus.RELEASING for t in job.tasks):
                 continue
