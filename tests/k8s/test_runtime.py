@@ -34,18 +34,32 @@ def _waiting_message(k8s: K8sEnv, cluster: str) -> str:
     return ""
 
 
-def test_a_raycluster_past_its_max_runtime_is_stopped_for_good(k8s: K8sEnv) -> None:
-    k8s.node("n0", gpus=4)
-    k8s.queue("team", gpu=4)
+def _started(k8s: K8sEnv, gpus: int = 4, **queue: str) -> None:
+    """One node of `gpus` GPUs, the queue `team` (with `queue`'s keys), KubeRay and kai-ray."""
+    k8s.node("n0", gpus=gpus)
+    k8s.queue("team", gpu=gpus, **queue)
     k8s.start_fakes()
     k8s.start_operator()
-    body = raycluster("capped", group("gpu", replicas=1, gpus=4), queue="team", priority="train")
-    k8s.create(RC, _annotated(body, **{MAX_RUNTIME: "6s"}))
+
+
+def _cluster(name: str, **annotations: str) -> dict[str, Any]:
+    """A RayCluster of a head and one 4-GPU worker in `team`."""
+    body = raycluster(name, group("gpu", replicas=1, gpus=4), queue="team", priority="train")
+    return _annotated(body, **annotations)
+
+
+def _suspended(k8s: K8sEnv, name: str) -> dict[str, Any]:
+    return k8s.wait_for(
+        f"{name} stopped", lambda: (o := k8s.get(f"{RC}/{name}"))["spec"].get("suspend") and o, timeout=60
+    )
+
+
+def test_a_raycluster_past_its_max_runtime_is_stopped_for_good(k8s: K8sEnv) -> None:
+    _started(k8s)
+    k8s.create(RC, _cluster("capped", **{MAX_RUNTIME: "6s"}))
     k8s.wait_for("capped running", lambda: len(running(k8s.cluster_pods("capped"))) == 2, timeout=60)
     started = time.monotonic()
-    capped = k8s.wait_for(
-        "capped stopped", lambda: (o := k8s.get(f"{RC}/capped"))["spec"].get("suspend") and o, timeout=60
-    )
+    capped = _suspended(k8s, "capped")
     assert time.monotonic() - started >= 3.0  # not before its run time is spent (bind to running took some)
     why = "stopped: it ran past its max runtime of 6s"
     assert capped["metadata"]["annotations"][STOPPED] == why
@@ -57,32 +71,23 @@ def test_a_raycluster_past_its_max_runtime_is_stopped_for_good(k8s: K8sEnv) -> N
     assert not k8s.cluster_pods("capped")
     assert k8s.get(f"{RC}/capped")["spec"]["suspend"] is True
     # The room it held goes to the next one.
-    k8s.create(RC, raycluster("next", group("gpu", replicas=1, gpus=4), queue="team", priority="train"))
+    k8s.create(RC, _cluster("next"))
     k8s.wait_for("next running", lambda: len(running(k8s.cluster_pods("next"))) == 2, timeout=60)
 
 
 def test_a_queues_max_runtime_stops_what_declares_none(k8s: K8sEnv) -> None:
-    k8s.node("n0", gpus=4)
-    k8s.queue("team", gpu=4, maxRuntime="8s")
-    k8s.start_fakes()
-    k8s.start_operator()
-    k8s.create(RC, raycluster("plain", group("gpu", replicas=1, gpus=4), queue="team", priority="train"))
+    _started(k8s, maxRuntime="8s")
+    k8s.create(RC, _cluster("plain"))
     k8s.wait_for("plain placed", lambda: len(bound(k8s.cluster_pods("plain"))) == 2, timeout=60)
-    plain = k8s.wait_for(
-        "plain stopped", lambda: (o := k8s.get(f"{RC}/plain"))["spec"].get("suspend") and o, timeout=60
-    )
+    plain = _suspended(k8s, "plain")
     assert plain["metadata"]["annotations"][STOPPED] == "stopped: it ran past its max runtime of 8s"
 
 
 def test_a_waiting_gang_says_when_it_is_expected_to_start(k8s: K8sEnv) -> None:
-    k8s.node("n0", gpus=4)
-    k8s.queue("team", gpu=4)
-    k8s.start_fakes()
-    k8s.start_operator()
-    busy = raycluster("busy", group("gpu", replicas=1, gpus=4), queue="team", priority="train")
-    k8s.create(RC, _annotated(busy, **{EXPECTED_RUNTIME: "2h"}))
+    _started(k8s)
+    k8s.create(RC, _cluster("busy", **{EXPECTED_RUNTIME: "2h"}))
     k8s.wait_for("busy running", lambda: len(running(k8s.cluster_pods("busy"))) == 2, timeout=60)
-    k8s.create(RC, raycluster("next", group("gpu", replicas=1, gpus=4), queue="team", priority="train"))
+    k8s.create(RC, _cluster("next"))
     message = k8s.wait_for(
         "a forecast in next's pods",
         lambda: "expected to start about" in (m := _waiting_message(k8s, "next")) and m,
@@ -102,14 +107,10 @@ def test_a_waiting_gang_says_when_it_is_expected_to_start(k8s: K8sEnv) -> None:
 
 
 def test_a_bad_runtime_annotation_is_refused_naming_it_and_running_work_is_kept(k8s: K8sEnv) -> None:
-    k8s.node("n0", gpus=8)
-    k8s.queue("team", gpu=8)
-    k8s.start_fakes()
-    k8s.start_operator()
-    k8s.create(RC, raycluster("fine", group("gpu", replicas=1, gpus=4), queue="team", priority="train"))
+    _started(k8s, gpus=8)
+    k8s.create(RC, _cluster("fine"))
     k8s.wait_for("fine running", lambda: len(running(k8s.cluster_pods("fine"))) == 2, timeout=60)
-    bad = raycluster("bad", group("gpu", replicas=1, gpus=4), queue="team", priority="train")
-    k8s.create(RC, _annotated(bad, **{MAX_RUNTIME: "soon"}))
+    k8s.create(RC, _cluster("bad", **{MAX_RUNTIME: "soon"}))
     message = k8s.wait_for("bad refused", lambda: _waiting_message(k8s, "bad"), timeout=60)
     assert f"annotation {MAX_RUNTIME} on RayCluster {NS}/bad" in message
     assert "'soon' is not a duration" in message and "remove the annotation" in message
@@ -147,11 +148,8 @@ def _batch_job(name: str, **annotations: str) -> dict[str, Any]:
 
 
 def test_a_batch_job_past_its_max_runtime_is_suspended_for_good(k8s: K8sEnv) -> None:
-    k8s.node("n0", gpus=4)
-    k8s.queue("team", gpu=4)
     k8s.start_controllers()  # Kubernetes' Job controller makes the pods and takes them away
-    k8s.start_fakes()
-    k8s.start_operator()
+    _started(k8s)
     k8s.create(f"/apis/batch/v1/namespaces/{NS}/jobs", _batch_job("capped", **{MAX_RUNTIME: "6s"}))
     k8s.wait_for("its pod placed", lambda: bound(k8s.pods("job=capped")), timeout=60)
     job = k8s.wait_for(

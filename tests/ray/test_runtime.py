@@ -5,6 +5,7 @@ submit --max-runtime`); a waiting workload's forecast start in handle.eta(), exp
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -105,35 +106,24 @@ def test_a_job_submitted_with_max_runtime_is_stopped_and_its_status_says_why(
     start_scheduler(ONE_QUEUE)
     script = tmp_path / "forever.py"
     script.write_text(JOB)
-    argv = ["job", "submit", "--queue", "a", "--gpus", "4", "--cpus", "0.1", "--workers", "3"]
-    code, out, err = run_cli(
-        capsys,
-        *argv,
-        "--max-runtime",
-        "4s",
-        "--grace-period",
-        "0",
-        "--json",
-        "--",
-        sys.executable,
-        str(script),
-    )
-    assert code == 0, err
-    import json
 
-    wid = json.loads(out)["id"]
+    def submit(*flags: str) -> str:
+        """A job of all 12 GPUs running `script`; its workload id."""
+        argv = ["job", "submit", "--queue", "a", "--gpus", "4", "--cpus", "0.1", "--workers", "3", *flags]
+        code, out, err = run_cli(capsys, *argv, "--json", "--", sys.executable, str(script))
+        assert code == 0, err
+        return str(json.loads(out)["id"])
+
+    wid = submit("--max-runtime", "4s", "--grace-period", "0")
     sched = kai_ray.get_scheduler()
     wait_until(lambda: sched.info(wid)["state"] == "Running", timeout=30)
-    code, out, err = run_cli(
-        capsys, *argv, "--expected-runtime", "30m", "--json", "--", sys.executable, str(script)
-    )
-    second = json.loads(out)["id"]
+    second = submit("--expected-runtime", "30m")
     wait_until(lambda: sched.info(second)["position"] == 1, timeout=20)
-    code, out, _ = run_cli(capsys, "job", "status", second)
+    _, out, _ = run_cli(capsys, "job", "status", second)
     # the running job has no expected run time: its max runtime bounds it
     assert "estimated start: expected to start in about" in out and "(run times: max runtime)" in out
     wait_until(lambda: sched.info(wid)["state"] == "Failed", timeout=30, what=lambda: sched.info(wid))
-    code, out, _ = run_cli(capsys, "job", "status", wid)
+    _, out, _ = run_cli(capsys, "job", "status", wid)
     assert f"{wid}: Failed - stopped: it ran past its max runtime of 4s" in out
     assert "max runtime 4s" in out
     from ray.job_submission import JobSubmissionClient
