@@ -37,6 +37,13 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
         help="while Ray's autoscaler can add nodes, how long a gang that could start only by "
         "evicting running work waits for them first (e.g. 2m; default 0, or the --config file's)",
     )
+    start.add_argument(
+        "--reserve-after",
+        metavar="DURATION",
+        help="a gang that has waited this long holds the room it is expected to start on; other work "
+        "of its priority or lower uses it only if expected to end first (e.g. 30m; default 0: off, "
+        "or the --config file's reserveAfter)",
+    )
     add_common(start)
     start.set_defaults(func=_start)
     _add_queue(subparsers)
@@ -101,12 +108,13 @@ def _start(args: argparse.Namespace) -> int:
     import ray
 
     import kai_ray
-    from kai_ray.config import load_queues, load_scheduler_config, with_preemption_delay
+    from kai_ray.config import load_queues, load_scheduler_config, with_preemption_delay, with_reserve_after
     from kai_ray.control import QueueChangeError
 
     queues = load_queues(args.queues) if args.queues else None  # bad files: exit 2, nothing started
     config = load_scheduler_config(args.config) if args.config else None
     config = with_preemption_delay(config, args.preemption_delay, "--preemption-delay")
+    config = with_reserve_after(config, args.reserve_after, "--reserve-after")
     sched = connect(args.address)
     said = "already runs"
     if sched is None:

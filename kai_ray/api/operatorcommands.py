@@ -63,6 +63,13 @@ def add_commands(subparsers: Any) -> None:
         "(e.g. 2m; default 0, or the settings file's preemptionDelay)",
     )
     p.add_argument(
+        "--reserve-after",
+        metavar="DURATION",
+        help="a gang that has waited this long holds the room it is expected to start on; other work "
+        "of its priority or lower uses it only if expected to end first (e.g. 30m; default 0: off, "
+        "or the --config file's reserveAfter)",
+    )
+    p.add_argument(
         "--install-crds",
         action="store_true",
         help="create or update kai-ray's CRDs first, and KAI's default queues (default-queue under "
@@ -180,7 +187,7 @@ def dashboard_option(value: str, token: str | None) -> tuple[str, int, str | Non
 
 def operator_options(args: argparse.Namespace) -> Any:
     """The OperatorOptions the command line says (ConfigError naming a bad flag or file)."""
-    from kai_ray.config.scheduler import load_scheduler_config, with_preemption_delay
+    from kai_ray.config.scheduler import load_scheduler_config, with_preemption_delay, with_reserve_after
     from kai_ray.k8s.devices import SharingOptions
     from kai_ray.k8s.operator import OperatorOptions
 
@@ -195,6 +202,7 @@ def operator_options(args: argparse.Namespace) -> Any:
     )
     settings = load_scheduler_config(args.config) if args.config else None
     config = with_preemption_delay(settings, args.preemption_delay, "--preemption-delay")
+    config = with_reserve_after(config, args.reserve_after, "--reserve-after")
     if config is not None:
         options.config = config
     return options

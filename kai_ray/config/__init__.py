@@ -29,6 +29,7 @@ from kai_ray.config.scheduler import (
     parse_scheduler_config,
     to_scheduler_config,
     with_preemption_delay,
+    with_reserve_after,
 )
 
 __all__ = [
@@ -52,4 +53,5 @@ __all__ = [
     "queues_from_specs",
     "to_scheduler_config",
     "with_preemption_delay",
+    "with_reserve_after",
 ]

@@ -25,6 +25,7 @@ __all__ = [
     "parse_scheduler_config",
     "to_scheduler_config",
     "with_preemption_delay",
+    "with_reserve_after",
 ]
 
 Placement = Literal["binpack", "spread"]
@@ -51,8 +52,12 @@ class SchedulerOptions(StrictModel):
     usage_window: Duration = 0.0
     usage_half_life: Duration = 0.0
     usage_window_type: Literal["sliding", "tumbling"] = "sliding"
+    # Reservations with backfill: a gang that has waited this long holds the room it is
+    # expected to start on (0: off); at most this many gangs hold one at once.
+    reserve_after: Duration = 0.0
+    max_reservations: int = Field(1, ge=1)
 
-    @field_validator("usage_window", "usage_half_life", "preemption_delay")
+    @field_validator("usage_window", "usage_half_life", "preemption_delay", "reserve_after")
     @classmethod
     def _not_negative(cls, value: float, info: ValidationInfo) -> float:
         if value < 0:
@@ -66,6 +71,7 @@ _ZERO_MEANS = {
     "usage_window": ("time-based fair share off", "7d or 1h"),
     "usage_half_life": ("no decay", "7d or 1h"),
     "preemption_delay": ("no wait for new nodes", "2m or 90s"),
+    "reserve_after": ("no reservations", "30m or 2h"),
 }
 
 
@@ -128,6 +134,8 @@ def to_scheduler_config(
         usage_window_s=options.usage_window,
         usage_half_life_s=options.usage_half_life,
         usage_window_type=options.usage_window_type,
+        reserve_after_s=options.reserve_after,
+        max_reservations=options.max_reservations,
         topologies={
             name: Topology(name=name, levels=tuple(spec.levels)) for name, spec in (topologies or {}).items()
         },
@@ -159,12 +167,28 @@ def with_preemption_delay(
     for a value that is not a duration of 0 or more."""
     if value is None:
         return config
+    seconds = _flag_duration(value, flag, "0 (no wait)")
+    return dataclasses.replace(config or SchedulerConfig(), preemption_delay_s=seconds)
+
+
+def with_reserve_after(
+    config: SchedulerConfig | None, value: str | None, flag: str
+) -> SchedulerConfig | None:
+    """The config with a command line's reservation wait (`--reserve-after 30m`) in place
+    of its file's reserveAfter; as it was when the flag is not given."""
+    if value is None:
+        return config
+    seconds = _flag_duration(value, flag, "0 (no reservations)")
+    return dataclasses.replace(config or SchedulerConfig(), reserve_after_s=seconds)
+
+
+def _flag_duration(value: str, flag: str, zero: str) -> float:
     try:
         seconds = parse_duration(value)
     except ValueError:
         seconds = math.nan
     if not seconds >= 0 or math.isinf(seconds):
         raise ConfigError(
-            f"{value!r} is not a duration of 0 or more; write e.g. 2m, 90s or 0 (no wait)", field=flag
+            f"{value!r} is not a duration of 0 or more; write e.g. 2m, 90s or {zero}", field=flag
         )
-    return dataclasses.replace(config or SchedulerConfig(), preemption_delay_s=seconds)
+    return seconds

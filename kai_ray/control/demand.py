@@ -29,6 +29,7 @@ CAPACITY_CODES = frozenset(
         "no-room",
         "min-runtime",
         "preemption-delay",
+        "reserved",
     }
 )
 # Held back by policy, or not startable at all: no node would help.

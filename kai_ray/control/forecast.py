@@ -46,6 +46,7 @@ from kai_ray.core import (
     TaskStatus,
 )
 from kai_ray.core.cycle import paused_collection
+from kai_ray.core.runtimes import expected_end
 
 __all__ = ["FORECAST_EVERY_S", "HORIZON_S", "Eta", "Forecaster", "forecast"]
 
@@ -179,8 +180,9 @@ class _Forward:
             self.unknown[job.name] = None
             return
         started = min((t.since for t in running if t.status is TaskStatus.RUNNING), default=self.now)
-        end = started + max(0.0, estimate.seconds - job.ran)
-        self._push(job, running, max(end, self.now), estimate.source)
+        end = expected_end(started, job.ran, estimate.seconds, self.now)
+        assert end is not None, "an estimate with seconds gives an end"
+        self._push(job, running, end, estimate.source)
 
     def _push(self, job: JobInfo, tasks: Sequence[TaskInfo], at: float, source: str) -> None:
         nodes = np.array([self.node_index[t.node or ""] for t in tasks], dtype=int)

@@ -4,13 +4,10 @@ Kubernetes operator, each describe a workload to the core as a JobInfo whose
 `expected_runtime` and `max_runtime` they fill from it; the forecast of when waiting
 work starts (kai_ray.control.forecast) asks `Runtimes.expected` here.
 
-An estimate, in order:
-1. the workload's own `expected_runtime`;
-2. the median run time of the last workloads of the same queue and shape that
-   finished (`RuntimeHistory`): a shape is its task count and request per task;
-3. its queue's `expected_runtime` (a default for what declares none);
-4. its max runtime (it is stopped then: an upper bound, and better than none);
-5. none: the forecast says so instead of inventing one.
+An estimate follows the one rule of kai_ray.core.runtimes (declared, history, queue
+default, max runtime, none); the history is kept here (`RuntimeHistory`: the median run
+time of the last workloads of the same queue and shape that finished, a shape being
+the task count and request per task).
 """
 
 from __future__ import annotations
@@ -21,6 +18,7 @@ from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 
 from kai_ray.core import JobInfo, QueueInfo, Request
+from kai_ray.core.runtimes import estimate_runtime
 
 __all__ = [
     "HISTORY_KEPT",
@@ -117,16 +115,16 @@ class Runtimes:
         self._queues = {q.name: q for q in queues}
 
     def expected(self, job: JobInfo) -> Estimate:
-        if job.expected_runtime is not None:
-            return Estimate(job.expected_runtime, "declared")
-        past = self.history.median(job)
-        if past is not None:
-            return Estimate(past, "history")
+        """The estimate by the one rule (kai_ray.core.runtimes), with this history."""
+        past = None if job.expected_runtime is not None else self.history.median(job)
         queue = self._queues.get(job.queue)
-        if queue is not None and queue.expected_runtime is not None:
-            return Estimate(queue.expected_runtime, "queue default")
-        limit = self.max_runtime(job)
-        return Estimate(limit, "max runtime") if limit is not None else UNKNOWN
+        seconds, source = estimate_runtime(
+            job,
+            past,
+            queue.expected_runtime if queue is not None else None,
+            queue.max_runtime if queue is not None else None,
+        )
+        return Estimate(seconds, source) if seconds is not None else UNKNOWN
 
     def max_runtime(self, job: JobInfo) -> float | None:
         return job.max_runtime if job.max_runtime is not None else self.max_runtime_of_queue(job.queue)

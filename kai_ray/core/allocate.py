@@ -11,8 +11,10 @@ from kai_ray.core.capacity import capacity_problem, capped
 from kai_ray.core.cluster import Job, Task
 from kai_ray.core.context import CycleContext
 from kai_ray.core.failedsearches import FailedSearches, search_key
+from kai_ray.core.jobqueues import JobQueues
 from kai_ray.core.model import Reason
 from kai_ray.core.reasons import explain_unplaced, unmet_affinity
+from kai_ray.core.reservations import Reservations
 from kai_ray.core.settling import SureToFail, every_key_fails
 from kai_ray.core.subgroups import tally
 from kai_ray.core.words import agree, count
@@ -26,10 +28,27 @@ def allocate(ctx: CycleContext) -> None:
     # Capacity only shrinks during allocate, so a gang that did not fit fails the same way
     # for every job with the same placement inputs for the rest of the action.
     failed = FailedSearches(ctx.config.skip_failed_searches)
-    sure = line.sure_to_fail(failed) if failed.enabled else None
+    if ctx.config.reserve_after_s > 0:
+        # Reservations hold room for some jobs and not others: each job is walked. The
+        # holds stay for the rest of the cycle (the actions that evict see the room taken).
+        ctx.reservations = Reservations(ctx)
+        ctx.reservations.make()
+        try:
+            _walk(ctx, order, failed, None)
+        finally:
+            ctx.reservations = None
+        return
+    _walk(ctx, order, failed, line.sure_to_fail(failed) if failed.enabled else None)
+
+
+def _walk(ctx: CycleContext, order: JobQueues, failed: FailedSearches, sure: SureToFail | None) -> None:
     placements, probed = 0, -1  # with a cache: placements made, and when keys were last tried
+    reservations = ctx.reservations
     while (job := order.next_job()) is not None:
+        lifted = reservations.lift(job) if reservations is not None else []
         placed = allocate_step(ctx, job, "allocate", failed)
+        if reservations is not None:
+            reservations.restore(lifted)
         placements += placed
         if placed and job.pending_count:
             order.push_back(job)  # an elastic job goes back in line for each surplus task
@@ -137,19 +156,28 @@ def _place_gang(
         ctx.stmt.set_reason(job.name, unmet)
         return False
     key = search_key(job, gang, action) if failed is not None else ()
+    reservations = ctx.reservations
+    if reservations is not None:
+        key = reservations.scoped(key)
     if failed is not None and failed.known(key):
         reason = failed.reason(key)
         assert reason is not None, "allocate remembers why each failed gang failed"
-        ctx.stmt.set_reason(job.name, reason)
+        ctx.stmt.set_reason(
+            job.name, reason if reservations is None else reservations.reason_for(job, reason)
+        )
         return False
     if ctx.placer.place_gang(ctx.stmt, job, gang, action):
         return True
     reason = explain_unplaced(ctx.placer, gang)
     if job.info.subgroups:
         reason = _naming_the_subgroup(ctx, job, gang, action, reason)
-    ctx.stmt.set_reason(job.name, reason)
+    if reservations is not None:
+        reason = reservations.blocking(job, gang, action) or reason
     if failed is not None:
         failed.add(key, reason)
+    if reservations is not None:
+        reason = reservations.reason_for(job, reason)  # a look-alike's reason does not name it
+    ctx.stmt.set_reason(job.name, reason)
     return False
 
 

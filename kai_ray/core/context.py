@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -13,11 +14,14 @@ from kai_ray.core.hooks import ShareRows
 from kai_ray.core.incremental.gangs import KeptGangs
 from kai_ray.core.incremental.waitingline import WaitingLine
 from kai_ray.core.jobqueues import JobQueues, line_entries
-from kai_ray.core.model import SchedulerConfig
+from kai_ray.core.model import Reserved, SchedulerConfig
 from kai_ray.core.placement import Placer
 from kai_ray.core.policy import DEFAULT_POLICY, Policy, QueueRank, allocate_count, tasks_to_allocate
 from kai_ray.core.statement import Statement
 from kai_ray.core.victimpool import Candidates
+
+if TYPE_CHECKING:
+    from kai_ray.core.reservations import Reservations
 
 __all__ = ["CycleContext"]
 
@@ -43,6 +47,9 @@ class CycleContext:
     kept: KeptGangs | None = None
     # The policy's victims, with Statement.running_mark when built (victimpool.py).
     victims: tuple[int, Candidates] | None = None
+    # The allocate action's reservations while it runs (reservations.py); None otherwise.
+    reservations: Reservations | None = None
+    reserved: dict[str, Reserved] = field(default_factory=dict)  # what they were, by gang
     # A job's next request, while it waits in a JobQueues (its tasks do not change there).
     _next_amount: dict[int, list[float]] = field(default_factory=dict)
     # n times a shared per-task amount, by (id of that amount, n): read-only arrays.

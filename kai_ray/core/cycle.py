@@ -15,6 +15,7 @@ from kai_ray.core.context import CycleContext
 from kai_ray.core.evictions import EVICTION_ACTIONS
 from kai_ray.core.fairshare import FairShares, compute_fair_shares
 from kai_ray.core.incremental import CycleCache
+from kai_ray.core.incremental.gangs import KeptGangs
 from kai_ray.core.model import (
     Bind,
     ClusterSnapshot,
@@ -133,9 +134,18 @@ def prepare_cycle(
         stmt=Statement(state, undoable_cycle=cache is not None),
         policy=policy,
         line=None if cache is None else cache.line,
-        kept=None if cache is None else cache.kept(config.actions),
+        kept=_kept(cache, config),
         preemption_delay=config.preemption_delay_s if snapshot.can_grow else 0.0,
     )
+
+
+def _kept(cache: CycleCache | None, config: SchedulerConfig) -> KeptGangs | None:
+    """The cache's failures of the actions that evict, kept between cycles; none with
+    reservations, whose holds change with the clock alone (the line is still begun)."""
+    if cache is None:
+        return None
+    kept = cache.kept(config.actions)
+    return None if config.reserve_after_s > 0 else kept
 
 
 def run_action(ctx: CycleContext, name: str) -> None:
@@ -153,6 +163,7 @@ def finish_cycle(ctx: CycleContext) -> CycleResult:
         invalid=dict(state.invalid),
         queue_order=_queue_order(ctx),
         waiting=waiting,
+        reservations={job: r for job, r in ctx.reserved.items() if job in waiting},
     )
 
 

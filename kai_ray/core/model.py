@@ -42,6 +42,7 @@ __all__ = [
     "QueueStatus",
     "Reason",
     "Request",
+    "Reserved",
     "SchedulerConfig",
     "TaskInfo",
     "TaskStatus",
@@ -266,6 +267,12 @@ class SchedulerConfig:
     # Skip a search equivalent to one that already failed in this cycle (the same
     # placement inputs, see failedsearches.py). Off only to check that skipping changes nothing.
     skip_failed_searches: bool = True
+    # Reservations with backfill (reservations.py): a gang that has waited this many
+    # seconds and finds no room keeps the nodes it is expected to start on, as running
+    # work ends; work behind it in line may use that room only if it is expected to end
+    # before the gang's expected start. 0: off (KAI's semantics).
+    reserve_after_s: float = 0.0
+    max_reservations: int = 1  # gangs holding a reservation at once, first in line first
 
 
 # ---------------------------------------------------------------- decisions
@@ -328,6 +335,7 @@ REASON_CODES: tuple[str, ...] = (
     "fair-share",  # reclaim would take its queue over its fair share
     "min-runtime",  # the running jobs that would make room are within their min runtime
     "preemption-delay",  # evicting would make room; it first waits for new nodes (autoscaler)
+    "reserved",  # the room it fits in is held for a gang that waited long, which starts before it would end
 )
 _CODES = frozenset(REASON_CODES)
 
@@ -344,6 +352,14 @@ class Reason:
             raise ValueError(f"reason code {self.code!r} is not one of {', '.join(REASON_CODES)}")
 
 
+@dataclass(frozen=True, slots=True)
+class Reserved:
+    """A waiting gang's reservation: when it is expected to start, and on which nodes."""
+
+    start: float
+    nodes: tuple[str, ...]
+
+
 @dataclass(slots=True)
 class CycleResult:
     decisions: list[Decision]
@@ -357,3 +373,5 @@ class CycleResult:
     queue_order: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # The same jobs as pending_reasons (invalid ones included) -> code and words.
     waiting: dict[str, Reason] = field(default_factory=dict)
+    # Gangs still waiting that hold a reservation (SchedulerConfig.reserve_after_s).
+    reservations: dict[str, Reserved] = field(default_factory=dict)

@@ -50,6 +50,8 @@ class QueueTree:
     preempt_min_runtime: tuple[float, ...]  # resolved from the queue upward (default 0)
     reclaim_min_runtime: tuple[float | None, ...]  # as given; resolved per victim
     limited: tuple[bool, ...]  # some queue on the path to the root has a limit
+    # Per queue, the run-time defaults of its work (seconds; None: none): (expected, max).
+    runtime_defaults: tuple[tuple[float | None, float | None], ...] = ()
     # Queues with a parent, deepest first (index order within a depth): the order that
     # adds each queue's figures into its parent's.
     bottom_up: tuple[int, ...] = ()
@@ -117,6 +119,7 @@ def build_queue_tree(queues: Sequence[QueueInfo]) -> QueueTree:
         preempt_min_runtime=preempt_rt,
         reclaim_min_runtime=tuple(q.reclaim_min_runtime for q in queues),
         limited=tuple(any(has_limit[a] for a in path) for path in ancestors),
+        runtime_defaults=tuple((q.expected_runtime, q.max_runtime) for q in queues),
         bottom_up=tuple(
             q for q in sorted(range(len(queues)), key=lambda q: -len(ancestors[q])) if parent[q] >= 0
         ),

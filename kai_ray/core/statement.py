@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from kai_ray.core.cluster import EPS, ClusterState, Device, Job, Task
+from kai_ray.core.cluster import EPS, ClusterState, Device, FloatArray, Job, Task
 from kai_ray.core.model import Reason, TaskStatus
 
 __all__ = ["Ops", "Statement"]
@@ -241,6 +241,27 @@ class Statement:
                 t.status, t.node, t.device, t.placed_by = pending, -1, -1, ""
             undo_usage()
             nodes.idle[node] = idle_before
+            nodes.changed(node)
+
+        self._undo.append(undo)
+
+    def hold(self, node: int, from_idle: FloatArray, from_releasing: FloatArray) -> None:
+        """Take room on a node from every task's reach (a reservation's, reservations.py);
+        negative amounts give it back. No task changes."""
+        if self._log is not None:
+            self._log.append((len(self._undo), "hold", (node, from_idle, from_releasing)))
+        nodes = self.state.nodes
+        self.touched_nodes.add(node)
+        idle_before, releasing_before = nodes.idle[node].copy(), nodes.releasing[node].copy()
+        nodes.idle[node] -= from_idle
+        nodes.releasing[node] -= from_releasing
+        nodes.changed(node)
+        self._changed()
+
+        def undo() -> None:
+            self._state_marks.pop()
+            nodes.idle[node] = idle_before
+            nodes.releasing[node] = releasing_before
             nodes.changed(node)
 
         self._undo.append(undo)

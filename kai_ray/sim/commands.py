@@ -84,6 +84,14 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     )
     sim.add_argument("--seed", type=int, default=0, help="the noisy estimates' random seed")
     sim.add_argument(
+        "--reserve-after",
+        metavar="T",
+        default=None,
+        help="also run each policy with reservations and backfill (POLICY+reserve): a gang that "
+        "has waited T (e.g. 30m) holds the room it is expected to start on; pair with "
+        "--runtime-estimates, since backfill needs run times",
+    )
+    sim.add_argument(
         "--config", metavar="FILE", help="a scheduler options file (the policies' base configuration)"
     )
     sim.add_argument(
@@ -93,6 +101,9 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     sim.add_argument("--snapshot", metavar="FILE", help="a `kai-ray snapshot save` file: replay its cycle")
     sim.add_argument("--json", action="store_true", help="with --snapshot: print the decisions as JSON")
     sim.set_defaults(func=_run)
+    from kai_ray.sim import generate
+
+    generate.add_commands(subparsers)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -116,7 +127,7 @@ def _simulate(args: argparse.Namespace) -> int:
     from kai_ray.config.scheduler import load_scheduler_config
     from kai_ray.sim.cluster import parse_cluster, sim_queues
     from kai_ray.sim.engine import Options, Simulation
-    from kai_ray.sim.policies import make_policy
+    from kai_ray.sim.policies import make_policy, with_reservations
     from kai_ray.sim.report import write_report, write_summary
     from kai_ray.sim.trace import read_trace
 
@@ -133,6 +144,11 @@ def _simulate(args: argparse.Namespace) -> int:
     nodes = parse_cluster(args.cluster)
     base = load_scheduler_config(args.config) if args.config else None
     policies = [make_policy(name, base) for name in dict.fromkeys(args.policy)]
+    if args.reserve_after is not None:
+        after = parse_duration(args.reserve_after, "--reserve-after")
+        if after <= 0:
+            raise ConfigError("reservations need a wait above 0, e.g. 30m", field="--reserve-after")
+        policies = [p for policy in policies for p in (policy, with_reservations(policy, after))]
     jobs = read_trace(args.trace, start, end)
     if not jobs:
         raise ConfigError(
@@ -176,6 +192,9 @@ def _facts(args: argparse.Namespace, jobs: list[Any], nodes: list[Any], options:
         "period_s": options.period_s,
         "wait_step_s": options.wait_step_s,
         "runtime_estimates": options.runtime_estimates or "none",
+        "reserve_after_s": parse_duration(args.reserve_after, "--reserve-after")
+        if args.reserve_after
+        else None,
         "peak_memory_mib": peak_memory_mib(),
     }
 

@@ -12,6 +12,7 @@ exactly its fair share.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +31,8 @@ __all__ = ["EVENT_COLUMNS", "Metrics", "stats"]
 
 SERIES_BINS = 200  # windows of the series over time in summary.json
 LONG_WAIT_S = 600.0  # forecast accuracy counts the jobs that waited longer than this
+BIG_GANG_GPUS = 32.0  # waits by size: a big gang asks for this many GPUs or more
+SMALL_JOB_GPUS = 8.0  # ... a small job for fewer (less than one node of 8)
 EVENT_COLUMNS = ("time", "event", "job", "queue", "gpus", "detail")
 Event = tuple[float, str, str, str, float, str]
 
@@ -214,6 +217,7 @@ class Metrics:
             "rejected": sum(1 for r in runs if r.rejected),
             "jct_s": stats(jct),
             "queueing_delay_s": stats(delay),
+            "queueing_delay_by_size_s": _by_size(runs),
             "preemptions": sum(r.preemptions for r in runs),
             "gpu_hours_lost": sum(r.lost_gpu_s for r in runs) / 3600.0,
         }
@@ -250,3 +254,16 @@ class Metrics:
             "mean_fair_share_gpus": fair,
             "held_over_fair_share": held / fair if fair > 1e-9 else None,
         }
+
+
+def _by_size(runs: Sequence[JobRun]) -> dict[str, dict[str, float | int | None]]:
+    """Queueing delay of big gangs and of small jobs apart (what reservations trade)."""
+    out: dict[str, dict[str, float | int | None]] = {}
+    for name, low, high in (("big_gangs", BIG_GANG_GPUS, math.inf), ("small_jobs", 0.0, SMALL_JOB_GPUS)):
+        delay = [
+            r.first_start - r.job.submit
+            for r in runs
+            if r.first_start is not None and low <= r.job.total_gpus < high
+        ]
+        out[name] = {"jobs": len(delay), **stats(delay)}
+    return out

@@ -22,7 +22,7 @@ from kai_ray.core import QueueInfo, SchedulerConfig
 from kai_ray.core.cluster import Job
 from kai_ray.core.policy import DEFAULT_POLICY, Policy
 
-__all__ = ["POLICIES", "POOL_QUEUE", "SimPolicy", "make_policy"]
+__all__ = ["POLICIES", "POOL_QUEUE", "SimPolicy", "make_policy", "with_reservations"]
 
 POOL_QUEUE = "fifo"  # the one queue of a pooled (FIFO) policy
 DAY = 86400.0
@@ -86,3 +86,11 @@ def make_policy(name: str, base: SchedulerConfig | None = None) -> SimPolicy:
     if name not in POLICIES:
         raise ConfigError(f"unknown policy {name!r}; use one of {', '.join(POLICIES)}", field="--policy")
     return POLICIES[name](base or SchedulerConfig())
+
+
+def with_reservations(policy: SimPolicy, after_s: float) -> SimPolicy:
+    """The same policy with reservations and backfill (a gang that waited `after_s`
+    holds its room), named `<policy>+reserve`: run beside the policy, the trade shows."""
+    config = dataclasses.replace(policy.config, reserve_after_s=after_s)
+    about = f"{policy.about}; reservations for gangs waiting {after_s / 60:g} min, with backfill"
+    return dataclasses.replace(policy, name=f"{policy.name}+reserve", config=config, about=about)

@@ -40,6 +40,7 @@ def write_report(out: Path, results: Sequence[Metrics], title: str, extra: dict[
         _facts(extra),
         _headline_table(results),
         _forecast_table(results),
+        _size_table(results),
         _figure(_utilisation(results, edges), "GPU utilisation over time"),
         _figure(
             _cdfs(results),
@@ -152,6 +153,37 @@ def _forecast_table(results: Sequence[Metrics]) -> str:
     head = ("policy", "jobs that waited > 10 min", "forecast", "no forecast", "error p50", "error p90")
     caption = "<p>Forecast start at submission: error = |forecast - start| / wait</p>"
     return caption + _table(head, rows)
+
+
+def _size_table(results: Sequence[Metrics]) -> str:
+    """Waits of big gangs and small jobs apart, beside utilisation (reservations' trade)."""
+    rows = []
+    for m in results:
+        sizes = m.summary["queueing_delay_by_size_s"]
+        big, small = sizes["big_gangs"], sizes["small_jobs"]
+        rows.append(
+            [
+                html.escape(m.policy.name),
+                str(big["jobs"]),
+                _fmt(big["p50"], HOUR),
+                _fmt(big["p95"], HOUR),
+                str(small["jobs"]),
+                _fmt(small["p50"], HOUR),
+                _fmt(small["p95"], HOUR),
+                _fmt(m.summary.get("gpu_utilisation"), digits=3),
+            ]
+        )
+    head = (
+        "policy",
+        "big gangs (32+ GPUs)",
+        "wait p50 (h)",
+        "wait p95 (h)",
+        "small jobs (< 8 GPUs)",
+        "wait p50 (h)",
+        "wait p95 (h)",
+        "GPU util",
+    )
+    return "<p>Queueing delay by job size</p>" + _table(head, rows)
 
 
 def _queue_table(m: Metrics) -> str:

@@ -57,6 +57,12 @@ def test_usage_history_options_take_durations() -> None:
     assert SchedulerConfig().usage_window_s == 0.0  # off unless asked for
 
 
+def test_reservations_take_a_duration_and_are_off_by_default() -> None:
+    config = parse_scheduler_config({"reserveAfter": "30m", "maxReservations": 2})
+    assert (config.reserve_after_s, config.max_reservations) == (1800.0, 2)
+    assert parse_scheduler_config({}).reserve_after_s == 0.0
+
+
 def test_default_actions_in_kai_order() -> None:
     assert parse_scheduler_config({}).actions == DEFAULT_ACTIONS
 
@@ -73,6 +79,12 @@ INVALID: list[tuple[str, dict[str, Any], list[str]]] = [
         {"preemptionDelay": "-2m"},
         ["preemptionDelay: -120s is negative; use 0 (no wait for new nodes) or a duration such as 2m"],
     ),
+    (
+        "negative reservation wait",
+        {"reserveAfter": "-30m"},
+        ["reserveAfter: -1800s is negative; use 0 (no reservations) or a duration such as 30m"],
+    ),
+    ("no reservations at all", {"maxReservations": 0}, ["maxReservations", "greater than or equal to 1"]),
     ("unknown window type", {"usageWindowType": "hopping"}, ["usageWindowType", "'sliding' or 'tumbling'"]),
     ("unknown action", {"actions": ["allocate", "shuffle"]}, ["actions", "'shuffle' is not an"]),
     ("action twice", {"actions": ["allocate", "allocate"]}, ["'allocate' is listed twice"]),
@@ -130,3 +142,20 @@ def test_both_backends_commands_take_the_preemption_delay() -> None:
     operator = parser.parse_args(["operator", "--cluster-can-grow", "--preemption-delay", "90s"])
     assert operator.cluster_can_grow and operator.preemption_delay == "90s"
     assert not parser.parse_args(["operator"]).cluster_can_grow
+
+
+def test_a_command_lines_reservation_wait_replaces_the_files() -> None:
+    from kai_ray.cli import build_parser
+    from kai_ray.config import with_reserve_after
+
+    from_file = parse_scheduler_config({"reserveAfter": "1h", "maxReservations": 2})
+    assert with_reserve_after(from_file, None, "--reserve-after") is from_file
+    config = with_reserve_after(from_file, "30m", "--reserve-after")
+    assert config is not None and (config.reserve_after_s, config.max_reservations) == (1800.0, 2)
+    with pytest.raises(
+        ConfigError, match=r"--reserve-after.*not a duration of 0 or more; .*0 \(no reservations\)"
+    ):
+        with_reserve_after(None, "later", "--reserve-after")
+    parser = build_parser()
+    assert parser.parse_args(["start", "--reserve-after", "30m"]).reserve_after == "30m"
+    assert parser.parse_args(["operator", "--reserve-after", "2h"]).reserve_after == "2h"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from kai_ray.control import State, SubmitError
-from kai_ray.core import QueueInfo
+from kai_ray.core import QueueInfo, SchedulerConfig
 from tests.control.harness import QUEUES, make
 
 
@@ -123,3 +123,24 @@ def test_what_a_shape_took_before_is_its_forecast_run_time() -> None:
 
 def test_queues_used_by_these_tests_have_no_defaults() -> None:
     assert all(q.max_runtime is None and q.expected_runtime is None for q in QUEUES)
+
+
+def test_a_gang_that_waited_long_reserves_and_only_quick_work_backfills() -> None:
+    """Reservations through the controller (Ray's and the simulator's): the reasons say
+    who holds the room; a job that ends before the gang's expected start runs there."""
+    h = make(nodes=2, config=SchedulerConfig(reserve_after_s=600.0))
+    h.submit("full", expected_runtime=3600)
+    h.submit("half", resources_per_worker={"GPU": 2, "CPU": 1}, expected_runtime=7200)
+    h.at(0).step().step()
+    assert {h.w("full").state, h.w("half").state} == {State.RUNNING}
+    h.submit("big", workers=2, strategy="STRICT_SPREAD")
+    h.at(10).step()
+    assert "reserved" not in (h.w("big").reason or "")  # not waited long yet
+    h.submit("slow", resources_per_worker={"GPU": 1, "CPU": 1})
+    h.submit("quick", resources_per_worker={"GPU": 1, "CPU": 1}, expected_runtime=600)
+    h.at(700).step().step()
+    assert h.w("big").state is State.QUEUED
+    assert "room is reserved for it on 2 nodes (n0, n1) as running work ends" in (h.w("big").reason or "")
+    assert h.w("slow").reason_code == "reserved"
+    assert "reserved for gang big" in (h.w("slow").reason or "")
+    assert h.w("quick").state in (State.ADMITTING, State.RUNNING)

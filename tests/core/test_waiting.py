@@ -207,6 +207,22 @@ CASES = [
         actions=("allocate", "preempt"),
         config={"preemption_delay_s": 120.0},
     ),
+    Case(
+        "a gang that waited long holds the room; the job would end after its start",
+        ClusterBuilder()
+        .node("n0", gpus=2)
+        .job("run", "default")
+        .running("n0")
+        .runtime(expected=3600)
+        .job("gang", "default", created_at=-1)
+        .pending(2)
+        .job("j", "default")
+        .pending()
+        .runtime(expected=7200),
+        "reserved",
+        "reserved for gang gang",
+        config={"reserve_after_s": 60.0, "now": 120.0},
+    ),
 ]
 
 

@@ -5,8 +5,6 @@ and the detail panel's "Estimated start:" line."""
 
 from __future__ import annotations
 
-import json
-import urllib.request
 from collections.abc import Iterator
 from importlib import resources
 from typing import Any
@@ -15,10 +13,11 @@ import pytest
 
 from kai_ray.control.runtime import format_duration
 from kai_ray.core import QueueInfo
-from kai_ray.dashboard import DashboardServer, Feed, ServerThread, board_from_controller
+from kai_ray.dashboard import ServerThread
 
 from ..browser import browser, open_page, shot  # noqa: F401
 from ..control.harness import make
+from .served import api, served
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -36,14 +35,8 @@ def server() -> Iterator[ServerThread]:
     h.submit("stuck", queue="b", workers=2, strategy="STRICT_SPREAD")
     h.at(0).step()  # the clock stays at 0: busy ends in exactly 1h30m
     h.controller.forecaster.made_at = float("-inf")  # forecast what the steps left, not before
-    feed = Feed(lambda: board_from_controller(h.controller, h.clock.now()))
-    with ServerThread(DashboardServer(feed, port=0)) as thread:
+    with served(h) as thread:
         yield thread
-
-
-def api(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=10) as r:
-        return json.loads(r.read())
 
 
 def test_api_rows_carry_the_eta(server: ServerThread) -> None:

@@ -117,6 +117,25 @@ def test_autoscaling_values_reach_the_operator(
     assert done.returncode != 0 and 'autoscaling.preemptionDelay is "soon": write a duration' in done.stderr
 
 
+def test_the_reservation_wait_reaches_the_operator(
+    helm_kubectl: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kai_ray.api.operatorcommands import operator_options
+    from kai_ray.cli import build_parser
+
+    monkeypatch.setenv("KAI_RAY_DASHBOARD_TOKEN", "t")
+    for values, after in (((), 0.0), (("reservations.reserveAfter=30m",), 1800.0)):
+        argv = _operator_argv(render(helm_kubectl[0], *values))
+        options = operator_options(build_parser().parse_args(argv))
+        assert options.config.reserve_after_s == after
+    done = subprocess.run(
+        [helm_kubectl[0], "template", "x", str(CHART), "--set", "reservations.reserveAfter=later"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode != 0 and 'reservations.reserveAfter is "later": write a duration' in done.stderr
+
+
 def _operator_argv(docs: list[dict[str, Any]]) -> list[str]:
     """`kai-ray operator ...` as the chart runs it: in the Deployment's script, or in the
     RayCluster head's postStart."""

@@ -34,17 +34,18 @@ def _waiting_message(k8s: K8sEnv, cluster: str) -> str:
     return ""
 
 
-def _started(k8s: K8sEnv, gpus: int = 4, **queue: str) -> None:
-    """One node of `gpus` GPUs, the queue `team` (with `queue`'s keys), KubeRay and kai-ray."""
+def _started(k8s: K8sEnv, gpus: int = 4, operator: tuple[str, ...] = (), **queue: str) -> None:
+    """One node of `gpus` GPUs, the queue `team` (with `queue`'s keys), KubeRay and kai-ray
+    (with `operator`'s flags)."""
     k8s.node("n0", gpus=gpus)
     k8s.queue("team", gpu=gpus, **queue)
     k8s.start_fakes()
-    k8s.start_operator()
+    k8s.start_operator(*operator)
 
 
-def _cluster(name: str, **annotations: str) -> dict[str, Any]:
-    """A RayCluster of a head and one 4-GPU worker in `team`."""
-    body = raycluster(name, group("gpu", replicas=1, gpus=4), queue="team", priority="train")
+def _cluster(name: str, workers: int = 1, **annotations: str) -> dict[str, Any]:
+    """A RayCluster of a head and `workers` 4-GPU workers in `team`."""
+    body = raycluster(name, group("gpu", replicas=workers, gpus=4), queue="team", priority="train")
     return _annotated(body, **annotations)
 
 
@@ -104,6 +105,31 @@ def test_a_waiting_gang_says_when_it_is_expected_to_start(k8s: K8sEnv) -> None:
         timeout=30,
     )
     assert said[0]["reason"] in ("Forecast", "Unschedulable") and said[0]["type"] == "Normal"
+
+
+def test_a_gang_that_waited_reserves_its_room_and_only_quick_work_backfills(k8s: K8sEnv) -> None:
+    """With --reserve-after, a big cluster that waits holds the room it will start on:
+    its pods say so; a cluster with no run time waits for it, one that ends first runs."""
+    _started(k8s, gpus=8, operator=("--reserve-after", "1s"))
+    k8s.create(RC, _cluster("busy", **{EXPECTED_RUNTIME: "2h"}))
+    k8s.wait_for("busy running", lambda: len(running(k8s.cluster_pods("busy"))) == 2, timeout=60)
+    k8s.create(RC, _cluster("big", workers=2))
+    message = k8s.wait_for(
+        "big's reservation in its pods",
+        lambda: "room is reserved for it on 1 node (n0)" in (m := _waiting_message(k8s, "big")) and m,
+        timeout=60,
+    )
+    assert "gang of 2 tasks (4 GPUs" in message
+    k8s.create(RC, _cluster("slow"))
+    held = k8s.wait_for(
+        "slow held back",
+        lambda: "is reserved for gang" in (m := _waiting_message(k8s, "slow")) and m,
+        timeout=60,
+    )
+    assert "only work expected to end by then may use it (backfill" in held
+    k8s.create(RC, _cluster("quick", **{EXPECTED_RUNTIME: "10m"}))
+    k8s.wait_for("quick backfills", lambda: len(bound(k8s.cluster_pods("quick"))) == 2, timeout=60)
+    assert len(bound(k8s.cluster_pods("slow"))) < 2 and len(bound(k8s.cluster_pods("big"))) < 3
 
 
 def test_a_bad_runtime_annotation_is_refused_naming_it_and_running_work_is_kept(k8s: K8sEnv) -> None:

@@ -71,14 +71,21 @@ def test_past_its_max_runtime_it_gets_its_notice_and_is_stopped_with_the_reason(
     assert kai_ray.workload(queue="a", workers=3, resources_per_worker={"GPU": 4})(lambda: "ok")() == "ok"
 
 
+def _holding(gate: Any, workers: int) -> Any:
+    """A workload of `workers` 4-GPU workers, expected to run 2 hours, running until the
+    gate says stop."""
+    holder = kai_ray.workload(
+        queue="a", workers=workers, resources_per_worker={"GPU": 4, "CPU": 1}, expected_runtime="2h"
+    )(overrun)
+    h = holder.submit(gate)
+    assert h.wait_admitted(30)["state"] == "Running"
+    return h
+
+
 def test_a_waiting_workload_says_when_it_is_expected_to_start(start_scheduler: Any, capsys: Any) -> None:
     start_scheduler(ONE_QUEUE)
     gate = Gate.remote()
-    holder = kai_ray.workload(
-        queue="a", workers=3, resources_per_worker={"GPU": 4, "CPU": 1}, expected_runtime="2h"
-    )(overrun)
-    h_hold = holder.submit(gate)
-    assert h_hold.wait_admitted(30)["state"] == "Running"
+    h_hold = _holding(gate, workers=3)
     waiting = kai_ray.workload(queue="a", resources_per_worker={"GPU": 4}, expected_runtime=600)(lambda: "ok")
     h = waiting.submit()
     eta = wait_until(lambda: h.eta() if h.position() == 1 else None, timeout=20, what="a forecast")
@@ -91,6 +98,32 @@ def test_a_waiting_workload_says_when_it_is_expected_to_start(start_scheduler: A
     assert h_hold.eta() is None  # it runs
     ray.get(gate.release.remote("stop"))
     assert h.result(30) == "ok"
+
+
+def test_a_gang_that_waited_reserves_its_room_and_only_quick_work_backfills(start_scheduler: Any) -> None:
+    from kai_ray.core import SchedulerConfig
+
+    start_scheduler(ONE_QUEUE, config=SchedulerConfig(reserve_after_s=1.0))
+    gate = Gate.remote()
+    _holding(gate, workers=2)
+    big = kai_ray.workload(queue="a", workers=3, resources_per_worker={"GPU": 4, "CPU": 1})(lambda: "big")
+    h_big = big.submit()
+    reason = wait_until(
+        lambda: "room is reserved for it on" in (r := h_big.info()["reason"] or "") and r,
+        timeout=30,
+        what=lambda: f"big's reservation: {h_big.info()}",
+    )
+    assert "room is reserved for it on 3 nodes" in reason
+    small = kai_ray.workload(queue="a", resources_per_worker={"GPU": 1, "CPU": 0.5})
+    h_slow = small(lambda: "slow").submit()
+    wait_until(lambda: h_slow.info()["reason_code"] == "reserved", timeout=30, what=lambda: h_slow.info())
+    assert "is reserved for gang" in h_slow.info()["reason"]
+    quick = kai_ray.workload(queue="a", resources_per_worker={"GPU": 1, "CPU": 0.5}, expected_runtime=60)
+    h_quick = quick(lambda: "quick").submit()
+    assert h_quick.result(60) == "quick"  # backfilled: it ends long before the gang's start
+    assert h_slow.status() == "Queued" and h_big.status() == "Queued"
+    ray.get(gate.release.remote("stop"))
+    assert h_big.result(60) == "big"
 
 
 JOB = """\

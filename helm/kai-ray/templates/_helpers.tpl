@@ -37,6 +37,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- fail (printf "autoscaling.preemptionDelay is %q: write a duration such as 2m, 90s or 0s" (toString .)) }}
 {{- end }} --preemption-delay {{ . }}
 {{- end }}
+{{- with .Values.reservations.reserveAfter }}
+{{- if not (regexMatch "^[0-9][0-9.]*(ms|s|m|h|d)?([0-9.]+(ms|s|m|h|d))*$" (toString .)) }}
+{{- fail (printf "reservations.reserveAfter is %q: write a duration such as 30m, 2h or 0s (off)" (toString .)) }}
+{{- end }} --reserve-after {{ . }}
+{{- end }}
 {{- with .Values.leaderElection }}{{ if .enabled }} --leader-elect-name {{ $.Release.Name }} --leader-elect-lease-duration {{ .leaseDuration }} --leader-elect-renew-deadline {{ .renewDeadline }} --leader-elect-retry-period {{ .retryPeriod }}{{ else }} --no-leader-elect{{ end }}{{ end }}
 {{- if .Values.gpuSharing.enabled }} --gpu-sharing {{ include "kai-ray.image" . }} --webhook {{ .Values.gpuSharing.webhookPort }} /etc/kai-ray/webhook/tls.crt /etc/kai-ray/webhook/tls.key{{ end }}
 {{- end -}}
