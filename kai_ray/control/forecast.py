@@ -47,6 +47,7 @@ from kai_ray.core import (
 )
 from kai_ray.core.cycle import paused_collection
 from kai_ray.core.runtimes import expected_end
+from kai_ray.core.words import listed
 
 __all__ = ["FORECAST_EVERY_S", "HORIZON_S", "Eta", "Forecaster", "forecast"]
 
@@ -376,13 +377,11 @@ class _Forward:
 
     def _no_eta(self, job: str) -> Eta:
         if self.unknown:
-            names = list(self.unknown)
-            more = f" and {len(names) - _LISTED} more" if len(names) > _LISTED else ""
-            listed = ", ".join(names[:_LISTED]) + more
+            holders = listed(list(self.unknown), _LISTED)
             return Eta(
                 None,
                 f"no start time can be forecast: the room it needs is held by work with no run time "
-                f"known ({listed}); declare expected_runtime or max_runtime on them, or a default on "
+                f"known ({holders}); declare expected_runtime or max_runtime on them, or a default on "
                 "their queue",
             )
         if not self.ends:

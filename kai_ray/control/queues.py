@@ -14,6 +14,7 @@ from typing import Any
 
 from kai_ray.core import QueueInfo
 from kai_ray.core.queues import QueueTreeError, build_queue_tree
+from kai_ray.core.words import listed
 
 __all__ = [
     "QueueChange",
@@ -140,7 +141,7 @@ def _refuse_removal(
         held = {q: ids for q in _subtree(name, current) if (ids := holders.get(q))}
         if held:
             where = ", ".join(
-                f"{q}: {_some(ids)}" if q == name else f"child {q}: {_some(ids)}" for q, ids in held.items()
+                f"{q}: {listed(ids)}" if q == name else f"child {q}: {listed(ids)}" for q, ids in held.items()
             )
             raise QueueChangeError(
                 f"queue {name!r} still holds workloads ({where}); {hint} before removing it"
@@ -152,7 +153,7 @@ def _refuse_new_children(queues: Sequence[QueueInfo], holders: Mapping[str, Sequ
     for q in queues:
         if q.parent and holders.get(q.parent):
             raise QueueChangeError(
-                f"queue {q.name!r}: parent {q.parent!r} holds workloads ({_some(holders[q.parent])}) "
+                f"queue {q.name!r}: parent {q.parent!r} holds workloads ({listed(holders[q.parent])}) "
                 "and workloads run in leaf queues; choose another parent, or wait until they finish"
             )
 
@@ -163,11 +164,6 @@ def _subtree(name: str, queues: Sequence[QueueInfo]) -> list[str]:
         frontier = [q.name for q in queues if q.parent in frontier]
         out += frontier
     return out
-
-
-def _some(ids: Sequence[str], shown: int = 3) -> str:
-    more = f" and {len(ids) - shown} more" if len(ids) > shown else ""
-    return ", ".join(ids[:shown]) + more
 
 
 def _checked(queues: list[QueueInfo]) -> tuple[QueueInfo, ...]:

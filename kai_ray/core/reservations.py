@@ -42,7 +42,7 @@ from kai_ray.core.failedsearches import search_key
 from kai_ray.core.model import Reason, Reserved, TaskStatus
 from kai_ray.core.policy import waiting_since
 from kai_ray.core.runtimes import estimate_runtime, expected_end
-from kai_ray.core.words import count
+from kai_ray.core.words import count, listed
 
 __all__ = ["Reservation", "Reservations"]
 
@@ -54,7 +54,6 @@ _TIE = 1e6  # a node's room then outweighs its room now, which only breaks ties
 class Reservation:
     job: Job
     start: float  # when the gang is expected to start
-    nodes: tuple[int, ...]  # where it is expected to start
     held: dict[int, tuple[FloatArray, FloatArray]] = field(default_factory=dict)  # node -> (idle, releasing)
 
 
@@ -85,33 +84,39 @@ class Reservations:
     def make(self) -> None:
         """Before allocate walks its line: the gangs that have waited longest, up to
         max_reservations, each reserve the room they are expected to start on."""
-        config = self.ctx.config
-        waited = [job for job in self.ctx.state.maybe_pending() if self._may_reserve(job)]
-        waited.sort(key=lambda job: (waiting_since(job), job.order))
-        for job in waited:
-            if len(self.active) >= config.max_reservations:
+        waited = []
+        for job in self.ctx.state.maybe_pending():
+            may = self._may_reserve(job)
+            if may is not None:
+                waited.append((may[0], job.order, job, may[1]))
+        waited.sort(key=lambda entry: entry[:2])
+        for _, _, job, gang in waited:
+            if len(self.active) >= self.ctx.config.max_reservations:
                 return
             # One that fits now reserves too (its start is now): the line would let work
             # ahead of it take that room first.
-            gang = job.missing()
             key = search_key(job, gang, "allocate")
             if key not in self._no_start:
                 self._reserve(job, gang, key)
 
-    def _may_reserve(self, job: Job) -> bool:
+    def _may_reserve(self, job: Job) -> tuple[float, list[Task]] | None:
+        """When the gang began to wait and its missing tasks, when it may reserve."""
         ctx = self.ctx
         if not job.pending_count or job.is_whole() or job.incomplete() or job.info.topology is not None:
-            return False  # a domain's room is not planned here: it waits as before
-        if ctx.now - waiting_since(job) < ctx.config.reserve_after_s:
-            return False
+            return None  # a domain's room is not planned here: it waits as before
+        since = waiting_since(job)
+        if ctx.now - since < ctx.config.reserve_after_s:
+            return None
         gang = job.missing()
         if any(t.fraction_request for t in gang):
-            return False
+            return None
         # A gang its queue's limit holds back waits for that, not for room.
-        return (
-            not capped(ctx.state, job)
-            or capacity_problem(ctx.state, ctx.shares, job, ctx.amount(gang)) is None
-        )
+        if (
+            capped(ctx.state, job)
+            and capacity_problem(ctx.state, ctx.shares, job, ctx.amount(gang)) is not None
+        ):
+            return None
+        return since, gang
 
     def _reserve(self, job: Job, gang: Sequence[Task], key: tuple[object, ...]) -> None:
         plan = self._plan(job, gang)
@@ -119,24 +124,21 @@ class Reservations:
             self._no_start.add(key)
             return
         start, placed, freed = plan
-        reservation = Reservation(job, start, tuple(sorted(placed)))
+        reservation = Reservation(job, start)
         for node, need in placed.items():
             reservation.held[node] = self._hold(node, np.maximum(need - freed.get(node, 0.0), 0.0))
             self._reserved[node] = True
         self.active.append(reservation)
         names = self.ctx.state.nodes.names
-        self.ctx.reserved[job.name] = Reserved(start, tuple(names[n] for n in reservation.nodes))
+        self.ctx.reserved[job.name] = Reserved(start, tuple(names[n] for n in sorted(placed)))
 
     def reason_for(self, job: Job, why: Reason) -> Reason:
-        """A gang's reason, naming its reservation when it holds one."""
+        """A gang's reason, naming its reservation when it holds one (ctx.reserved is
+        this cycle's: a gang is in it only once it holds a reservation)."""
         reserved = self.ctx.reserved.get(job.name)
-        if reserved is None or not any(r.job is job for r in self.active):
+        if reserved is None:
             return why
-        names = reserved.nodes
-        shown = ", ".join(names[:_NAMED]) + (
-            f" and {len(names) - _NAMED} more" if len(names) > _NAMED else ""
-        )
-        where = f"{count(len(names), 'node')} ({shown})"
+        where = f"{count(len(reserved.nodes), 'node')} ({listed(reserved.nodes, _NAMED)})"
         return Reason(why.code, f"{why.text}; room is reserved for it on {where} as running work ends")
 
     def _plan(

@@ -4,10 +4,12 @@ piece of grammar is one rule."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from kai_ray.core.model import NODE_ID_LABELS, Request
 from kai_ray.core.quantity import format_bytes
 
-__all__ = ["agree", "count", "describe_request", "gang_words", "level_noun", "number"]
+__all__ = ["agree", "count", "describe_request", "gang_words", "level_noun", "listed", "number"]
 
 
 def number(value: float) -> str:
@@ -30,6 +32,12 @@ def agree(value: float, singular: str, plural: str) -> str:
 def count(value: float, noun: str, plural: str = "") -> str:
     """`1 node`, `3 nodes`, `0.5 GPU`; `plural` where it is not the noun plus s."""
     return f"{number(value)} {agree(value, noun, plural or noun + 's')}"
+
+
+def listed(names: Sequence[str], shown: int = 3) -> str:
+    """The first `shown` names, and how many more: `a, b, c and 4 more`."""
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
 
 
 def describe_request(req: Request) -> str:

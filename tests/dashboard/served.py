@@ -1,4 +1,5 @@
-"""A dashboard served from a controller test harness's controller, and its API read."""
+"""A dashboard served from a controller test harness's controller, its API read, and its
+Workloads page's detail panel opened."""
 
 from __future__ import annotations
 
@@ -20,6 +21,12 @@ def served(h: Harness) -> Iterator[ServerThread]:
     feed = Feed(lambda: board_from_controller(h.controller, h.clock.now()))
     with ServerThread(DashboardServer(feed, port=0)) as thread:
         yield thread
+
+
+def show_detail(page: Any, wid: str) -> None:
+    """Click the workload's row on the Workloads page and wait for its detail panel."""
+    page.click(f"tr[data-workload='{wid}']")
+    page.wait_for_selector("#detail:not([hidden]) h3")
 
 
 def api(url: str) -> Any:

@@ -17,7 +17,7 @@ from kai_ray.dashboard import ServerThread
 
 from ..browser import browser, open_page, shot  # noqa: F401
 from ..control.harness import make
-from .served import api, served
+from .served import api, served, show_detail
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -98,7 +98,7 @@ def test_detail_panel_says_the_estimated_start(
     text = api(server.url + f"api/v1/workloads/{wid}")["eta"]["text"]
     page = browser.new_page(viewport={"width": 1400, "height": 900})
     open_page(page, server.url, "workloads")
-    page.click(f"tr[data-workload='{wid}']")
+    show_detail(page, wid)
     page.wait_for_selector("#detail:not([hidden]) #detail-eta")
     assert page.inner_text("#detail-eta") == f"Estimated start: {text}"
     shot(page, f"dashboard-detail-eta-{wid}")
@@ -111,8 +111,7 @@ def test_detail_panel_of_running_work_has_no_estimated_start(
 ) -> None:
     page = browser.new_page(viewport={"width": 1400, "height": 900})
     open_page(page, server.url, "workloads")
-    page.click("tr[data-workload='busy']")
-    page.wait_for_selector("#detail:not([hidden]) h3")
+    show_detail(page, "busy")
     assert page.inner_text("#detail h3") == "busy"
     assert page.locator("#detail-eta").count() == 0 and "Estimated start" not in page.inner_text("#detail")
     page.close()

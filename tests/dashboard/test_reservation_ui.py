@@ -14,7 +14,7 @@ from kai_ray.dashboard import ServerThread
 
 from ..browser import browser, open_page, shot  # noqa: F401
 from ..control.harness import make
-from .served import api, served
+from .served import api, served, show_detail
 
 pytestmark = pytest.mark.timeout(120)
 HELD = "room is reserved for it on 2 nodes (n0, n1) as running work ends"
@@ -50,8 +50,7 @@ def test_the_table_and_the_detail_panel_show_the_reservation(
     open_page(page, server.url, "workloads")
     assert HELD in page.inner_text("tr[data-workload='big'] td.reason")
     assert "reserved for gang big" in page.inner_text("tr[data-workload='slow'] td.reason")
-    page.click("tr[data-workload='big']")
-    page.wait_for_selector("#detail:not([hidden]) h3")
+    show_detail(page, "big")
     assert HELD in page.inner_text("#detail")
     shot(page, "dashboard-reservation")
     page.close()
