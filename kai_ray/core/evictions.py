@@ -24,7 +24,7 @@ from kai_ray.core.capacity import (
     over_limit,
     quota_problem,
 )
-from kai_ray.core.cluster import EPS, Job, Task
+from kai_ray.core.cluster import EPS, ClusterState, Job, Task
 from kai_ray.core.consolidation import consolidate
 from kai_ray.core.context import CycleContext
 from kai_ray.core.failedsearches import FailedSearches, FailureKey, Grounds, search_key, victim_inputs
@@ -375,6 +375,7 @@ def _reclaim_search(
     state, shares, tree, policy = ctx.state, ctx.shares, ctx.state.tree, ctx.policy
     # My side is judged as it stood before this job's tasks were placed.
     mine_before = {q: state.usage.allocated_row(q) for q in tree.ancestors[job.queue]}
+    before = np.array(state.usage.allocated)  # every queue, as the search begins
     sides: dict[int, tuple[int, int]] = {}  # a victim's queue: (my side, their side)
     # A side's verdict reads its allocated figures alone (the rest is fixed for the
     # search): kept per side with the figures it was made on.
@@ -414,12 +415,19 @@ def _reclaim_search(
         min_runtime=lambda u: tree.reclaim_min_runtime_for(job.queue, u.job.queue),
         evict_reason=lambda u: reason(),
         giving=giving,
-        holds=lambda: policy.reclaim_keeps_bounds(state, shares, job),
+        holds=lambda: policy.reclaim_keeps_bounds(state, shares, job, amount, _gave(state, before, q)),
         verdicts=lambda units: (
             tuple(eligible(u.job.queue) for u in units),
             giving.signature([u.job.queue for u in units]),
         ),
     )
+
+
+def _gave(state: ClusterState, before: np.ndarray, reclaimer: int) -> dict[int, np.ndarray]:
+    """What each queue off the reclaimer's path lost to this search's victims."""
+    lost = before - np.array(state.usage.allocated)
+    path = set(state.tree.ancestors[reclaimer])
+    return {q: lost[q] for q in np.flatnonzero((lost > EPS).any(axis=1)).tolist() if q not in path}
 
 
 def _over_share_reason(ctx: CycleContext, job: Job, amount: np.ndarray) -> Reason:

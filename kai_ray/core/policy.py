@@ -28,7 +28,7 @@ Eligibility:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -225,21 +225,49 @@ def may_reclaim(state: ClusterState, shares: FairShares, job: Job, amount: Float
     return job.info.preemptible or not (np_after > shares.deserved[q] + EPS).any()
 
 
-def reclaim_keeps_bounds(state: ClusterState, shares: FairShares, job: Job) -> bool:
-    """After the victims left and the job is placed, every queue on the reclaimer's path
-    stays within its fair share (the only top-level queue excepted: it is the cluster),
-    and, for a non-preemptible job, its non-preemptible work within deserved."""
+def reclaim_keeps_bounds(
+    state: ClusterState, shares: FairShares, job: Job, asked: FloatArray, gave: Mapping[int, FloatArray]
+) -> bool:
+    """KAI's bound on a reclaim, with its victims gone and the job placed: at every level
+    of the reclaimer's path, its queue may end over its fair share only while it stays
+    less saturated (held / fair share) than each sibling that gave victims, in each
+    resource either of them involves; a non-preemptible job also keeps its queues'
+    non-preemptible work within their deserved quota. `asked`: what the job's placed
+    tasks count against its queue; `gave`: what each queue off the
+    reclaimer's path lost to the victims. So a queue inside a department over its share
+    may still take from its own sibling: the department's total is unchanged.
+    """
     tree, usage = state.tree, state.usage
-    single_top = len(tree.roots) == 1
-    for q in tree.ancestors[job.queue]:
-        if not (single_top and tree.parent[q] < 0) and (
-            (usage.allocated_row(q) > shares.fair_share[q] + EPS).any()
-        ):
-            return False
+    path = tree.ancestors[job.queue]
+    wants = frozenset(r for r in range(3) if asked[r] > EPS)
+    for q in path:
+        mine = usage.allocated[q]
+        for s, freed in gave.items():
+            if tree.parent[s] != tree.parent[q]:
+                continue
+            theirs, my_fair, their_fair = usage.allocated[s], shares.fair_share[q], shares.fair_share[s]
+            for r in wants | {r for r in range(3) if freed[r] > EPS}:
+                if _more_saturated(mine[r], float(my_fair[r]), theirs[r], float(their_fair[r])):
+                    return False
         nonpreemptible = np.array(usage.allocated_nonpreemptible[q])
         if not job.info.preemptible and (nonpreemptible > shares.deserved[q] + EPS).any():
             return False
     return True
+
+
+def _more_saturated(mine: float, my_fair: float, theirs: float, their_fair: float) -> bool:
+    """The reclaimer, over its fair share, would be at least as saturated as the sibling
+    (KAI's saturation rule; two unlimited shares compare as equal and pass)."""
+    if np.isinf(my_fair) and np.isinf(their_fair):
+        return False
+    ratio = _saturation(mine, my_fair)
+    return ratio > 1 + EPS and their_fair > EPS and ratio >= _saturation(theirs, their_fair) - EPS
+
+
+def _saturation(held: float, fair: float) -> float:
+    if fair <= EPS:
+        return float(np.inf) if held > EPS else 0.0
+    return 0.0 if np.isinf(fair) else held / fair
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,7 +313,9 @@ class Policy:
     min_runtime_protects: Callable[[Unit, float, float], bool] = min_runtime_protects
     may_reclaim: Callable[[ClusterState, FairShares, Job, FloatArray], bool] = may_reclaim
     reclaim_allows: Callable[[ReclaimSides], bool] = reclaim_allows
-    reclaim_keeps_bounds: Callable[[ClusterState, FairShares, Job], bool] = reclaim_keeps_bounds
+    reclaim_keeps_bounds: Callable[
+        [ClusterState, FairShares, Job, FloatArray, Mapping[int, FloatArray]], bool
+    ] = reclaim_keeps_bounds
     preemption_delay_left: Callable[[Job, float, float], float] = preemption_delay_left
 
 
