@@ -42,7 +42,13 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
         action="store_true",
         help=f"--steady: then again with {DEEP_BACKLOG:,} pending jobs (a deep backlog): one result per size",
     )
-    _runs(cycle, default_actions="allocate")
+    cycle.add_argument(
+        "--scenario",
+        metavar="FILE",
+        help="time cycles on a scenario file's state instead (its own settings; --actions "
+        "overrides its actions when given)",
+    )
+    _runs(cycle, default_actions=None)  # allocate; with --scenario, the file's actions
     cycle.set_defaults(func=_run_cycle)
 
     for mode in ("reclaim", "preempt"):
@@ -143,7 +149,7 @@ def _cluster_size(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpus-per-node", type=int, default=8)
 
 
-def _runs(p: argparse.ArgumentParser, default_actions: str) -> None:
+def _runs(p: argparse.ArgumentParser, default_actions: str | None) -> None:
     p.add_argument("--repeat", type=int, default=5, help="cycles to time (p50 and max reported)")
     p.add_argument("--actions", default=default_actions, help="comma list, or 'all'")
     p.add_argument("--json", action="store_true")
@@ -160,8 +166,12 @@ def _print(result: dict[str, Any], as_json: bool) -> int:
 
 
 def _run_cycle(args: argparse.Namespace) -> int:
-    from kai_ray.bench.run import bench_cycle
+    from kai_ray.bench.run import bench_cycle, bench_scenario
 
+    if args.scenario:
+        chosen = None if args.actions is None else _actions(args.actions)  # None: the file's own
+        return _print(bench_scenario(args.scenario, repeat=args.repeat, actions=chosen), args.json)
+    args.actions = args.actions or "allocate"
     if args.steady:
         from kai_ray.bench.steady import bench_steady
 

@@ -13,7 +13,7 @@ from kai_ray.bench.synthetic import cycle_cluster, eviction_cluster
 from kai_ray.core import DEFAULT_ACTIONS, Bind, ClusterSnapshot, CycleResult, Evict, Pipeline, SchedulerConfig
 from kai_ray.core.cycle import finish_cycle, paused_collection, prepare_cycle, run_action
 
-__all__ = ["bench_cycle", "bench_eviction", "peak_rss_mb"]
+__all__ = ["bench_cycle", "bench_eviction", "bench_scenario", "peak_rss_mb"]
 
 
 def peak_rss_mb() -> float:
@@ -21,7 +21,7 @@ def peak_rss_mb() -> float:
 
 
 def _time_cycles(
-    snapshot: ClusterSnapshot, config: SchedulerConfig, repeat: int
+    snapshot: ClusterSnapshot, config: SchedulerConfig, repeat: int, now: float = 0.0
 ) -> tuple[dict[str, list[float]], CycleResult]:
     """Wall and CPU milliseconds per cycle and per phase (prepare, each action, finish),
     with garbage collection paused, as run_cycle(pause_gc=True) pauses it (the figures stay
@@ -33,7 +33,7 @@ def _time_cycles(
         with paused_collection():
             wall, cpu = time.perf_counter(), time.process_time()
             phase = time.perf_counter()
-            ctx = prepare_cycle(snapshot, config, 0.0)
+            ctx = prepare_cycle(snapshot, config, now)
             timings["prepare"].append(_ms_since(phase))
             for name in config.actions:
                 phase = time.perf_counter()
@@ -92,6 +92,35 @@ def bench_cycle(
         **_summary(timings),
         "placements": placements,
         "placements_per_s": round(placements / (p50 / 1000.0)) if p50 > 0 else None,
+        "peak_rss_mb": round(peak_rss_mb(), 1),
+    }
+
+
+def bench_scenario(path: str, repeat: int = 5, actions: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """Full cycles on a scenario file's state (docs/scenario-format.md), with its own
+    settings and clock: the same measure on any state, for instance the states KAI's own
+    scheduler was timed on (benchmarks/kai-v0.17.0-scale)."""
+    from dataclasses import replace
+
+    from kai_ray.scenario import load_scenario
+
+    scenario = load_scenario(path)
+    config = scenario.config if actions is None else replace(scenario.config, actions=actions)
+    timings, result = _time_cycles(scenario.snapshot, config, repeat, scenario.now)
+    return {
+        "benchmark": "cycle",
+        "scenario": scenario.name,
+        "actions": list(config.actions),
+        "nodes": len(scenario.snapshot.nodes),
+        "jobs": len(scenario.snapshot.jobs),
+        "pending_tasks": sum(
+            1 for j in scenario.snapshot.jobs for t in j.tasks if t.status.value == "Pending"
+        ),
+        "queues": len(scenario.snapshot.queues),
+        "repeat": repeat,
+        **_summary(timings),
+        "placements": sum(1 for d in result.decisions if isinstance(d, Bind | Pipeline)),
+        "evictions": sum(1 for d in result.decisions if isinstance(d, Evict)),
         "peak_rss_mb": round(peak_rss_mb(), 1),
     }
 
