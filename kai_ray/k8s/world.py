@@ -22,8 +22,8 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kai_ray.control.kubenodes import GPU_RESOURCE, node_info, outside_use
 from kai_ray.core import ClusterSnapshot, JobInfo, NodeAffinity, NodeInfo, QueueInfo, TaskInfo, TaskStatus
-from kai_ray.core.quantity import parse_quantity
 from kai_ray.k8s.gangs import Gang, pod_finished, scheduled_by_us
 from kai_ray.k8s.requests import pod_request
 from kai_ray.k8s.sharing import GPU_GROUP_ANNOTATION
@@ -43,12 +43,7 @@ __all__ = [
     "tolerated_labels",
 ]
 
-GPU_RESOURCE = "nvidia.com/gpu"
-GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"  # MiB per device, as GPU feature discovery labels it
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 SUBMITTER_TASK = "~submitter"  # the task standing for a RayJob's submitter before its pod exists
-DEFAULT_GPU_MEMORY = 80 * 1024**3
-_NOT_EXTENDED = {"cpu", "memory", "pods", "ephemeral-storage", GPU_RESOURCE}
 
 
 @dataclass(slots=True)
@@ -57,43 +52,6 @@ class World:
     gangs: dict[str, Gang]  # job name (= gang id) -> gang
     pods: dict[tuple[str, str], dict[str, Any]]  # (job, task) -> pod; the submitter task has none
     problems: dict[str, Gang] = field(default_factory=dict)  # gangs that cannot be scheduled as written
-
-
-def node_info(node: Mapping[str, Any], outside: Mapping[str, float] | None = None) -> NodeInfo:
-    meta, status = node["metadata"], node.get("status", {})
-    alloc = status.get("allocatable") or status.get("capacity") or {}
-    labels = dict(meta.get("labels") or {})
-    extended = tuple(
-        sorted(
-            (k, parse_quantity(v))
-            for k, v in alloc.items()
-            if k not in _NOT_EXTENDED and not k.startswith("hugepages-")
-        )
-    )
-    gpu_memory = (
-        float(labels[GPU_MEMORY_LABEL]) * 2**20 if labels.get(GPU_MEMORY_LABEL) else DEFAULT_GPU_MEMORY
-    )
-    return NodeInfo(
-        name=meta["name"],
-        gpus=int(parse_quantity(alloc.get(GPU_RESOURCE, 0))),
-        cpu=parse_quantity(alloc.get("cpu", 0)),
-        memory=parse_quantity(alloc.get("memory", 0)),
-        gpu_memory=gpu_memory,
-        labels=labels,
-        unschedulable=not node_takes_pods(node),
-        extended=extended,
-        gpu_model=labels.get(GPU_PRODUCT_LABEL, ""),
-        used_outside=tuple(sorted((k, v) for k, v in (outside or {}).items() if v > 0)),
-    )
-
-
-def node_takes_pods(node: Mapping[str, Any]) -> bool:
-    """Ready and not cordoned. (Taints keep off only the pods that do not tolerate them:
-    see kai_ray.k8s.taints.)"""
-    if node.get("spec", {}).get("unschedulable"):
-        return False
-    conditions = node.get("status", {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
 def build_world(
@@ -235,26 +193,6 @@ def outside_node(
     if scheduled_by_us(pod, names) and pod["metadata"].get("uid") not in counted:
         return None
     return str(node)
-
-
-def outside_use(pods: Iterable[Mapping[str, Any]]) -> dict[str, float]:
-    """What these pods (of one node) hold, summed in one order (by namespace and name), so
-    that the patched world and the full rebuild add the same floats in the same order."""
-    into: dict[str, float] = defaultdict(float)
-    for pod in sorted(pods, key=lambda p: (p["metadata"].get("namespace", ""), p["metadata"]["name"])):
-        try:
-            request = pod_request(pod)
-        except ValueError:
-            request = pod_request({"spec": {**pod.get("spec", {})}, "metadata": {"name": "x"}})
-        # An outside pod's GPU share (whole devices: others' sharing is not visible here).
-        for name, amount in (
-            ("gpu", request.gpu),
-            ("cpu", request.cpu),
-            ("memory", request.memory),
-            *request.extended,
-        ):
-            into[name] += amount
-    return dict(into)
 
 
 def timestamp(text: str | None) -> float:

@@ -36,7 +36,8 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
         help="replay a job trace through the scheduler under several policies (or one cycle from a snapshot)",
         description="Replays a job trace (Philly's, or the generic CSV of docs/simulator.md) through "
         "kai-ray's controller and core on a virtual clock; writes DIR/report.html and DIR/summary.json. "
-        "With --snapshot, replays one scheduling cycle from a `kai-ray snapshot save` file instead.",
+        "With --snapshot, replays one scheduling cycle from a `kai-ray snapshot save` file, or from "
+        "KAI-Scheduler's own snapshot (the zip of its /get-snapshot endpoint, or its JSON), instead.",
     )
     sim.add_argument("--trace", metavar="FILE", help="the trace: Philly's CSV or kai-ray's generic CSV")
     sim.add_argument("--cluster", metavar="SPEC", help="NODESxGPUS (e.g. 250x8) or a cluster file")
@@ -98,7 +99,11 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
         "--events", action="store_true", help="also write DIR/events-POLICY.csv (every job event)"
     )
     sim.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    sim.add_argument("--snapshot", metavar="FILE", help="a `kai-ray snapshot save` file: replay its cycle")
+    sim.add_argument(
+        "--snapshot",
+        metavar="FILE",
+        help="a `kai-ray snapshot save` file, or a KAI-Scheduler snapshot (zip or JSON): replay its cycle",
+    )
     sim.add_argument("--json", action="store_true", help="with --snapshot: print the decisions as JSON")
     sim.set_defaults(func=_run)
     from kai_ray.sim import generate
