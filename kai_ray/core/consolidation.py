@@ -13,7 +13,8 @@ from kai_ray.core.failedsearches import FailedSearches, FailureKey, Grounds, sea
 from kai_ray.core.preemptiondelay import HeldBack
 from kai_ray.core.reasons import unmet_affinity
 from kai_ray.core.settling import each_waiting_gang
-from kai_ray.core.victims import Unit, evict_unit, victim_units
+from kai_ray.core.solver import Terms, solve
+from kai_ray.core.victims import Unit, victim_units
 
 __all__ = ["consolidate"]
 
@@ -98,36 +99,28 @@ def _room_in_total(ctx: CycleContext, job: Job, gang: list[Task]) -> bool:
 
 
 def _consolidate_for(ctx: CycleContext, job: Job, gang: list[Task]) -> bool:
-    stmt = ctx.stmt
-    start = stmt.checkpoint()
+    """KAI's solver (solver.py) with consolidation's terms: any preemptible job may be
+    moved (the first max_consolidation_preemptees jobs in victim order), and a scenario
+    holds only when every victim is placed again: moves, never evictions."""
     movable = [j for j in ctx.state.jobs if ctx.policy.may_be_victim(j) and j is not job]
-    candidates = victim_units(movable, ctx.policy.victim_order)
-    candidates = candidates[: ctx.config.max_consolidation_preemptees]
+    units = victim_units(movable, ctx.policy.victim_order)
+    jobs: dict[int, None] = {}
+    kept: list[Unit] = []
+    for u in units:  # KAI counts jobs, not units
+        if id(u.job) not in jobs and len(jobs) >= ctx.config.max_consolidation_preemptees:
+            continue
+        jobs[id(u.job)] = None
+        kept.append(u)
     reason = f"moved to defragment for {job.name}"
-    moved: list[Unit] = []
-    for unit in candidates:
-        evict_unit(ctx, unit, "consolidation", reason)
-        moved.append(unit)
-        attempt = stmt.checkpoint()
-        if ctx.placer.place_gang(stmt, job, gang, "consolidation") and _replace(ctx, moved):
-            stmt.pipeline_job(job)
-            if not job.pending():
-                stmt.clear_reason(job.name)
-            return True
-        stmt.rollback(attempt)
-    stmt.rollback(start)
-    return False
-
-
-def _replace(ctx: CycleContext, moved: list[Unit]) -> bool:
-    """Place every moved task again, elsewhere, as pipelined (it starts once it stopped)."""
-    for unit in moved:
-        old = {t.node for t in unit.tasks}
-        mask = ctx.placer.job_mask(unit.job).copy()
-        mask[list(old)] = False
-        for t in unit.tasks:
-            spot = ctx.placer.spot(t, mask, allow_pipeline=True)
-            if spot is None:
-                return False
-            ctx.stmt.place(t, spot[0], spot[1], True, "consolidation")
+    terms = Terms(
+        action="consolidation",
+        units=kept,
+        allowed=lambda u: True,
+        evict_reason=lambda u: reason,
+        valid=lambda scenario: not scenario.stopped,
+    )
+    if solve(ctx, job, gang, terms) is None:
+        return False
+    if not job.pending():
+        ctx.stmt.clear_reason(job.name)
     return True

@@ -19,6 +19,7 @@ from kai_ray.core.placement import Placer
 from kai_ray.core.policy import DEFAULT_POLICY, Policy, QueueRank, allocate_count, tasks_to_allocate
 from kai_ray.core.statement import Statement
 from kai_ray.core.victimpool import Candidates
+from kai_ray.core.walkline import WalkLine
 
 if TYPE_CHECKING:
     from kai_ray.core.reservations import Reservations
@@ -50,6 +51,8 @@ class CycleContext:
     # The allocate action's reservations while it runs (reservations.py); None otherwise.
     reservations: Reservations | None = None
     reserved: dict[str, Reserved] = field(default_factory=dict)  # what they were, by gang
+    # Allocate's line in runs, as the solver's simulations walk it (walkline.py).
+    walk: WalkLine | None = None
     # A job's next request, while it waits in a JobQueues (its tasks do not change there).
     _next_amount: dict[int, list[float]] = field(default_factory=dict)
     # n times a shared per-task amount, by (id of that amount, n): read-only arrays.
@@ -79,6 +82,16 @@ class CycleContext:
         """Jobs whose gang is still incomplete, in policy order (the actions that evict)."""
         jobs = self.state.maybe_pending()
         return self.job_queues([j for j in jobs if j.pending_count and not j.is_whole()])
+
+    def walk_line(self) -> WalkLine:
+        """Allocate's line in runs (walkline.py), made again once many jobs changed."""
+        touched = self.stmt.touched_jobs
+        if self.walk is None or self.walk.stale(touched):
+            jobs = [j for j in self.state.maybe_pending() if j.pending_count and j not in touched]
+            self.walk = WalkLine.made(
+                touched, jobs=jobs, job_key=self.policy.job_order, asks=self.next_amount
+            )
+        return self.walk
 
     def forget(self, job: Job) -> None:
         self._next_amount.pop(id(job), None)

@@ -16,14 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kai_ray.core.capacity import (
-    capacity_problem,
-    describe_amount,
-    format_resource,
-    limit_excess,
-    over_limit,
-    quota_problem,
-)
+from kai_ray.core.capacity import describe_amount, format_resource, quota_problem
 from kai_ray.core.cluster import EPS, ClusterState, Job, Task
 from kai_ray.core.consolidation import consolidate
 from kai_ray.core.context import CycleContext
@@ -33,26 +26,13 @@ from kai_ray.core.model import Reason, TaskStatus
 from kai_ray.core.preemptiondelay import HeldBack
 from kai_ray.core.reasons import unmet_affinity
 from kai_ray.core.settling import each_waiting_gang
+from kai_ray.core.solver import Scenario, Terms, solve
 from kai_ray.core.subgroups import short_words
-from kai_ray.core.victimpool import ActionCandidates
-from kai_ray.core.victims import (
-    Allowed,
-    EvictReason,
-    Freed,
-    GivingOrder,
-    Unit,
-    evict_unit,
-    free_room_for,
-    keep_fewest,
-    next_victim,
-)
+from kai_ray.core.victimpool import ActionCandidates, VictimPool
+from kai_ray.core.victims import Allowed, EvictReason, GivingOrder, Unit
 from kai_ray.core.words import agree, count, number
 
 __all__ = ["EVICTION_ACTIONS", "VictimSearch", "make_room", "preempt", "reclaim", "stale_gang_eviction"]
-
-
-def _always() -> bool:
-    return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +49,9 @@ class VictimSearch:
     min_runtime: Callable[[Unit], float]  # how long a candidate is protected after it started
     evict_reason: EvictReason
     giving: GivingOrder | None = None  # between queues: the order queues give victims in
-    holds: Callable[[], bool] = _always  # what the state must keep once the job is placed
+    # The action's judgement of a scenario that placed the job (reclaim: KAI's fair-share
+    # strategies and bounds on the victims actually stopped); any, by default.
+    valid: Callable[[Scenario], bool] = lambda scenario: True
     # What the search decides from the queues' standings about these candidates (a search
     # that found no room with the same verdicts finds none again): none by default.
     verdicts: Callable[[list[Unit]], tuple[object, ...]] = lambda units: ()
@@ -105,8 +87,7 @@ def make_room(
     protected: list[Unit] = []  # candidates that only their min runtime kept
 
     def allowed(u: Unit) -> bool:
-        if not search.eligible(u):
-            return False
+        # The standings are the scenario's to judge (search.valid), as in KAI.
         if ctx.policy.min_runtime_protects(u, search.min_runtime(u), ctx.now):
             protected.append(u)
             return False
@@ -163,83 +144,30 @@ _PLACED, _HOPELESS, _NO_ROOM, _REFUSED = "placed", "hopeless", "no room", "refus
 def _attempt(
     ctx: CycleContext, job: Job, gang: list[Task], victims: list[Unit], search: VictimSearch, allowed: Allowed
 ) -> str:
-    """One try: room for the gang (victims where it lacks room), then the queue limits
-    with the victims gone, then the search's own rule. Rolled back unless all hold."""
-    amount = ctx.amount(gang)
-    over_before = capacity_problem(ctx.state, ctx.shares, job, amount) is not None
-    if over_before and not _may_shed(ctx, job, amount, victims, allowed):
+    """One try, in KAI's shape (solver.py): victims accumulated in victim order, each
+    scenario simulated (victims placed again where they fit, the job placed with its
+    queue's limits checked with the victims gone), then judged by the search's rule.
+    The deserved quota of non-preemptible work is checked first: victims are
+    preemptible and never count against it."""
+    if quota_problem(ctx.state, ctx.shares, job, ctx.amount(gang)) is not None:
         return _REFUSED
-    start = ctx.stmt.checkpoint()
-    # `victims` are some of the action's candidates (search.victims took them from there).
-    candidates, ever = search.candidates.get(), search.eligible_queue
-    freed = free_room_for(
-        ctx, gang, victims, allowed, search.action, search.evict_reason, search.giving, candidates, ever
+    # No room even with every candidate gone (and nothing placed again): no scenario can
+    # do better, moves included, so no scenario is tried.
+    if not VictimPool(ctx, search.candidates.get(), victims).may_fit(gang, None):
+        return _HOPELESS
+    terms = Terms(
+        action=search.action,
+        units=victims,
+        allowed=allowed,
+        evict_reason=search.evict_reason,
+        valid=search.valid,
+        giving=search.giving,
     )
-    if not freed:
-        return _HOPELESS if freed is Freed.HOPELESS else _NO_ROOM
-    if (over_before and not _shed(ctx, job, amount, victims, allowed, search)) or not search.holds():
-        ctx.stmt.rollback(start)
-        return _REFUSED
+    if solve(ctx, job, gang, terms) is None:
+        return _NO_ROOM
     if not job.pending():
         ctx.stmt.clear_reason(job.name)
     return _PLACED
-
-
-# ---------------------------------------------------------------- limits with victims gone
-
-
-def _may_shed(ctx: CycleContext, job: Job, amount: np.ndarray, victims: list[Unit], allowed: Allowed) -> bool:
-    """Whether victims could bring the job's queues back within their limits. As in KAI,
-    where the preemptor's limits are checked inside the statement, after its victims left,
-    a queue at its limit may still make room inside itself. The non-preemptible quota is
-    no such case: victims are preemptible and never counted against it."""
-    state = ctx.state
-    if quota_problem(state, ctx.shares, job, amount) is not None:
-        return False
-    excess = limit_excess(state, job, amount)
-    ancestors = state.tree.ancestors
-    freeable = {q: np.zeros(3) for q in excess}
-    for u in victims:
-        under = [q for q in excess if q in ancestors[u.job.queue]]
-        if under and u.live() and allowed(u):
-            held = ctx.amount(list(u.tasks))
-            for q in under:
-                freeable[q] += held
-    return all((freeable[q] + EPS >= np.array(excess[q])).all() for q in excess)
-
-
-def _shed(
-    ctx: CycleContext,
-    job: Job,
-    amount: np.ndarray,
-    victims: list[Unit],
-    allowed: Allowed,
-    search: VictimSearch,
-) -> bool:
-    """With the job placed: take further victims under the queues still over their limit,
-    next in victim order each time, until none is; keep the fewest."""
-    state, ancestors = ctx.state, ctx.state.tree.ancestors
-    over = over_limit(state, job, amount)
-    start = ctx.stmt.checkpoint()
-    taken: list[Unit] = []
-    while over:
-        u = next_victim(victims, functools.partial(_helps, over, ancestors, allowed), search.giving)
-        if u is None:
-            ctx.stmt.rollback(start)
-            return False
-        evict_unit(ctx, u, search.action, search.evict_reason(u))
-        taken.append(u)
-        over = over_limit(state, job, amount)
-    if taken:
-        keep_fewest(
-            ctx, start, taken, search.action, search.evict_reason, lambda: not over_limit(state, job, amount)
-        )
-    return True
-
-
-def _helps(over: list[int], ancestors: tuple[tuple[int, ...], ...], allowed: Allowed, u: Unit) -> bool:
-    """A live, allowed victim under one of the queues over their limit."""
-    return u.live() and any(q in ancestors[u.job.queue] for q in over) and allowed(u)
 
 
 # ---------------------------------------------------------------- min runtime
@@ -252,7 +180,7 @@ def _min_runtime_blocks(
     blocks the job: say so, and when the last victim it needs may be taken."""
     live_before = [u for u in victims if u.live()]
     start = ctx.stmt.checkpoint()
-    if _attempt(ctx, job, gang, victims, search, search.eligible) is not _PLACED:
+    if _attempt(ctx, job, gang, victims, search, lambda u: True) is not _PLACED:
         return None
     protects, now = ctx.policy.min_runtime_protects, ctx.now
     needed = [u for u in live_before if not u.live() and protects(u, search.min_runtime(u), now)]
@@ -415,12 +343,40 @@ def _reclaim_search(
         min_runtime=lambda u: tree.reclaim_min_runtime_for(job.queue, u.job.queue),
         evict_reason=lambda u: reason(),
         giving=giving,
-        holds=lambda: policy.reclaim_keeps_bounds(state, shares, job, amount, _gave(state, before, q)),
+        valid=functools.partial(_reclaim_valid, ctx, job, amount, before),
         verdicts=lambda units: (
             tuple(eligible(u.job.queue) for u in units),
             giving.signature([u.job.queue for u in units]),
         ),
     )
+
+
+def _reclaim_valid(
+    ctx: CycleContext, job: Job, asked: np.ndarray, before: np.ndarray, scenario: Scenario
+) -> bool:
+    """KAI's judgement of a reclaim scenario, on the victims it actually stops (a victim
+    placed again elsewhere gives nothing): each in turn must be one the reclaim
+    strategies allow where the two queues' ancestry diverges, with what that side keeps
+    after the victims before it (policy.reclaim_allows); then the reclaimer's path must
+    stay within KAI's bound (policy.reclaim_keeps_bounds), read off the state with the
+    scenario applied."""
+    state, shares, tree, policy = ctx.state, ctx.shares, ctx.state.tree, ctx.policy
+    left: dict[int, np.ndarray] = {}
+    for u in sorted(scenario.stopped, key=lambda u: u.job.queue):
+        common = tree.lowest_common_ancestor(job.queue, u.job.queue)
+        mine, theirs = tree.child_toward(common, job.queue), tree.child_toward(common, u.job.queue)
+        held = left.setdefault(theirs, before[theirs].copy())
+        sides = ReclaimSides(
+            my_after=(before[mine] + asked).tolist(),
+            my_deserved=shares.deserved[mine].tolist(),
+            their_allocated=held.tolist(),
+            their_deserved=shares.deserved[theirs].tolist(),
+            their_allocatable=shares.allocatable[theirs].tolist(),
+        )
+        if not policy.reclaim_allows(sides):
+            return False
+        held -= ctx.amount(list(u.tasks))
+    return policy.reclaim_keeps_bounds(state, shares, job, asked, _gave(state, before, job.queue))
 
 
 def _gave(state: ClusterState, before: np.ndarray, reclaimer: int) -> dict[int, np.ndarray]:

@@ -144,8 +144,11 @@ class Placer:
         nodes = self.state.nodes
         gpu_task = task.fraction_request or task.demand[0] > 0
         spread = (self.config.gpu_placement if gpu_task else self.config.cpu_placement) == "spread"
-        free = nodes.idle[:, 0] if gpu_task else nodes.idle[:, 1]
-        score = -free if spread else free.copy()
+        # As KAI scores nodes: by what is not allocated, room being released included (a
+        # node whose work is leaving counts as emptier).
+        col = 0 if gpu_task else 1
+        free = nodes.idle[:, col] + nodes.releasing[:, col]
+        score = -free if spread else free
         if task.fraction_request:
             # Prefer nodes already sharing a device the task fits on.
             shared_fit = nodes.frac_future >= self._fractions(task) - EPS

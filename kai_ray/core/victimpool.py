@@ -31,7 +31,6 @@ from kai_ray.core.model import TaskStatus
 
 if TYPE_CHECKING:  # the context holds the shared candidates; victims.py holds the pools
     from kai_ray.core.context import CycleContext
-    from kai_ray.core.victims import GivingOrder
 
 __all__ = ["ActionCandidates", "Candidates", "Piece", "VictimPool", "unit_piece", "victim_units"]
 
@@ -217,14 +216,12 @@ class ActionCandidates:
 
 
 class VictimPool:
-    """The candidate victims of one search: the members it may look at, which of them
-    still run, so that scoring nodes is a few vectorised passes rather than a loop over
-    every victim."""
+    """The candidate victims of one search: the members it may look at and which of them
+    still run, as arrays, so that bounding the search (may_fit) is a few vectorised
+    passes rather than a loop over every victim."""
 
-    def __init__(
-        self, ctx: CycleContext, candidates: Candidates, members: Sequence[Unit], giving: GivingOrder | None
-    ) -> None:
-        self.ctx, self.candidates, self.giving = ctx, candidates, giving
+    def __init__(self, ctx: CycleContext, candidates: Candidates, members: Sequence[Unit]) -> None:
+        self.ctx, self.candidates = ctx, candidates
         self.units = candidates.units
         self.task_node, self.task_unit, self.task_demand, self.unit_queue = candidates.arrays()
         self.members = candidates.places(members)
@@ -232,71 +229,6 @@ class VictimPool:
         self.live[self.members] = candidates.live(ctx.stmt.running_mark)[self.members]
         self._queues: list[int] | None = None  # the members' queues
         self._takes: tuple[object, int, np.ndarray] | None = None  # the last _taken_by: (ever, mark, mask)
-
-    def on_node(self, node: int) -> list[Unit]:
-        live, units = self.live, self.units
-        return [units[i] for i in self.candidates.on_node(node) if live[i]]
-
-    def gone(self, evicted: Sequence[Unit]) -> None:
-        for u in evicted:
-            self.live[self.candidates.index[id(u)]] = False
-        self._takes = None
-
-    def ranks(self) -> np.ndarray:
-        """Each unit's place in the order victims are taken now: victim order, or, with
-        a giving order, queue by queue as the queues stand now and victim order inside."""
-        order = np.arange(len(self.units), dtype=np.int64)
-        if self.giving is None or not len(self.members):
-            return order
-        positions = self.giving.positions(self.unit_queue[self.members].tolist())
-        place = np.zeros(len(self.ctx.state.tree), dtype=np.int64)
-        for q, i in positions.items():
-            place[q] = i
-        result: np.ndarray = place[self.unit_queue] * len(self.units) + order
-        return result
-
-    def nodes_worth_freeing(
-        self, task: Task, mask: np.ndarray, tries: int, ever: Callable[[int], bool] | None = None
-    ) -> np.ndarray:
-        """The first `tries` nodes where evicting live victims could make room: least
-        missing room first; for a spreading job, then the node holding the fewest of its
-        tasks (the spread stays as even as allocate would make it); then the node whose
-        victims come first in victim order (as a global youngest-first search would take
-        them); node order. Of those, the nodes where the victims `ever` takes (by queue,
-        as may_fit) could make room: on the others the search would evict all it may and
-        take it back (the order and the cut at `tries` are as without `ever`, so the
-        nodes tried and what they give are the same)."""
-        nodes = self.ctx.state.nodes
-        alive = self.live[self.task_unit]
-        if not alive.any():  # nothing left to take: no node is worth freeing (and no pass over them)
-            return np.empty(0, dtype=np.intp)
-        room = nodes.idle + nodes.releasing
-        where = self.task_node[alive]
-        none = np.iinfo(np.int64).max
-        first = np.full(len(nodes), none, dtype=np.int64)
-        np.minimum.at(first, where, self.ranks()[self.task_unit[alive]])
-        candidates = np.flatnonzero(mask & (first < none) & self._could_fit(task, room, alive))
-        col = 0 if (task.demand[0] > 0 or task.fraction_request) else 1
-        missing = np.maximum(0.0, task.demand[col] - room[candidates, col])
-        keys = [candidates, first[candidates]]
-        if task.job.info.spread:
-            held = self.ctx.placer.own_counts(task.job)
-            keys.append(np.array([held.get(n, 0) for n in candidates.tolist()], dtype=np.int64))
-        tried: np.ndarray = candidates[np.lexsort((*keys, missing))][:tries]
-        takes = self._taken_by(ever)
-        if takes is self.live or not len(tried):
-            return tried
-        worth: np.ndarray = tried[self._could_fit(task, room, takes[self.task_unit])[tried]]
-        return worth
-
-    def _could_fit(self, task: Task, room: FloatArray, taken: np.ndarray) -> np.ndarray:
-        """Per node: whether the task fits there with the `taken` tasks gone."""
-        freeable = np.zeros_like(room)
-        np.add.at(freeable, self.task_node[taken], self.task_demand[taken])
-        ok = np.ones(len(room), dtype=bool)
-        for c in np.flatnonzero(task.demand):
-            ok &= room[:, c] + freeable[:, c] >= task.demand[c] - EPS
-        return ok
 
     def _taken_by(self, ever: Callable[[int], bool] | None) -> np.ndarray:
         """The live members whose queue `ever` accepts (`self.live` itself when all).

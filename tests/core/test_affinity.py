@@ -289,14 +289,15 @@ def test_the_victim_search_looks_only_at_nodes_the_preemptor_may_use() -> None:
 
 def test_consolidation_moves_a_task_only_where_its_affinity_admits() -> None:
     """To free n0 for a 2-GPU gang, the one-GPU job there must move to n1, which its
-    affinity refuses: nothing moves."""
+    affinity refuses: nothing moves. (The gang outranks it, so in the solver's
+    simulation the gang is placed first and the small job looks for room after it.)"""
     snap = (
         ClusterBuilder()
         .node("n0", gpus=2, pool="a")
         .node("n1", gpus=1, pool="b")
         .job("small", "default")
         .running("n0", affinity=affinity([req("pool", "In", "a")]))
-        .job("gang", "default", gpu=2)
+        .job("gang", "default", gpu=2, priority="build-preemptible")
         .pending()
         .build()
     )

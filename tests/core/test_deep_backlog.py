@@ -91,17 +91,16 @@ def test_a_kept_failure_is_dropped_when_the_standings_allow_a_victim() -> None:
 
 
 def test_a_reclaim_that_tried_victims_is_searched_again_when_the_shares_move() -> None:
-    """A gang of queue a reclaims from b and c (over their shares, overcommitted), and
-    after some victims their sides are within their shares: no room. Another job of a
-    moves the shares: as the search begins the same candidates are allowed and give in
-    the same order, but each side now stays over its share for longer, and the search
-    finds room. Which victims may be taken was asked again after each one: the failure
-    rested on every standing, not only on the verdicts as it began."""
+    """A gang of queue a would reclaim from b and c (over their shares, overcommitted),
+    and no scenario the search tries is valid. Another job of a moves the shares: the
+    search finds room. A failure kept from the first cycle rested on every standing, so
+    the moved shares search again (and the cycle cache decides as the full rebuild).
+    The state was found by a seeded search over such worlds for one that fails first
+    and reclaims once a's second job arrives."""
     world = World([node(0, 3, 16.0), node(1, 4, 16.0), node(2, 8, 16.0)], SchedulerConfig())
     for queue, request, count, priority in [
-        ("c", 0, 1, 100), ("b", 0, 1, 50), ("c", 0, 1, 50), ("b", 0, 1, 50), ("c", 1, 2, 100),
-        ("c", 0, 1, 50), ("b", 0, 1, 50), ("b", 0, 3, 50), ("c", 1, 2, 100), ("c", 0, 2, 100),
-        ("b", 0, 2, 50),
+        ("b", 0, 2, 100), ("b", 1, 3, 100), ("c", 1, 3, 100), ("b", 0, 1, 100), ("c", 0, 2, 50),
+        ("b", 1, 2, 50), ("b", 1, 1, 50), ("c", 0, 1, 100),
     ]:  # fmt: skip
         world.apply(("submit", request, count, queue, priority, "", "", False, True))
     world.apply(("submit", 0, 2, "a", 50, "", "", False, False))
@@ -157,15 +156,17 @@ def takers(world: World, cache: CycleCache, policy: Policy = DEFAULT_POLICY) -> 
 def test_a_run_of_settled_jobs_is_not_taken_past_a_queue_that_ties() -> None:
     """With ranks that tie, queues a and b take turns: a1, b1, a2, b2, a3. a1, a2 and
     b1 can never run and are passed over; b2 and a3 each reclaim one of queue c's jobs,
-    youngest first, so which comes first decides who takes which. Taking a's run (a2,
-    then a3) at once would put a3 before b2."""
+    youngest first (with every queue tied the solver also moves some of c's jobs to
+    make that room: their evictions name their taker too), so which comes first decides
+    who takes which. Taking a's run (a2, then a3) at once would put a3 before b2, and the
+    kept line would decide otherwise than the full rebuild (takers checks both)."""
     ties = dataclasses.replace(DEFAULT_POLICY, queue_rank=lambda state, rows, q, amount: (0,))
     world = two_queues_reclaiming()
     cache = CycleCache()
     takers(world, cache, ties)
     for queue, nowhere in (("a", True), ("b", True), ("a", True), ("b", False), ("a", False)):
         wait(world, queue, 1, nowhere)
-    assert sorted(takers(world, cache, ties).values()) == ["a", "b"]
+    assert set(takers(world, cache, ties).values()) == {"a", "b"}
 
 
 def test_a_run_of_settled_jobs_ends_where_the_queue_ranks_otherwise() -> None:

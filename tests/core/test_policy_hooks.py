@@ -82,10 +82,14 @@ CASES = [
     Case(
         "whom a job may preempt",
         {"may_preempt": lambda preemptor, victim: victim.queue == preemptor.queue},
+        # The same priority: the default never preempts. Replaced, the elastic job's
+        # surplus task goes: with it gone the job is at its gang, behind the pending one
+        # in line, so it does not take its room back.
         ClusterBuilder()
-        .node("n0", gpus=1)
-        .queue("q", gpu_quota=1)
-        .job("victim", "q", priority="inference", preemptible=True)
+        .node("n0", gpus=2)
+        .queue("q", gpu_quota=2)
+        .job("victim", "q", priority="inference", preemptible=True, min_member=1)
+        .running("n0")
         .running("n0")
         .job("urgent", "q", priority="inference")
         .pending(),

@@ -16,9 +16,9 @@ from kai_ray.core.model import TaskStatus
 from kai_ray.core.placement import Placer
 from kai_ray.core.policy import victim_order_key
 from kai_ray.core.queues import build_queue_tree
+from kai_ray.core.solver import Terms, solve
 from kai_ray.core.statement import Statement
-from kai_ray.core.victimpool import Candidates
-from kai_ray.core.victims import free_room_for, victim_units
+from kai_ray.core.victims import victim_units
 
 from .builders import ClusterBuilder
 
@@ -125,9 +125,8 @@ def test_a_failed_victim_search_leaves_no_trace() -> None:
     ctx = _context(builder)
     before = _fingerprint(ctx.state)
     gang = ctx.state.job_index["gang"]
-    pool = _preemptible(ctx)
-    ok = free_room_for(ctx, gang.tasks, pool.units, lambda u: True, "preempt", lambda u: "test", None, pool)
-    assert not ok
+    ok = solve(ctx, gang, gang.tasks, _preempt_terms(ctx))
+    assert ok is None
     assert _fingerprint(ctx.state) == before
 
 
@@ -147,8 +146,7 @@ def test_a_successful_victim_search_evicts_only_what_is_needed() -> None:
     )
     ctx = _context(builder)
     build = ctx.state.job_index["build"]
-    pool = _preemptible(ctx)
-    assert free_room_for(ctx, build.tasks, pool.units, lambda u: True, "preempt", lambda u: "r", None, pool)
+    assert solve(ctx, build, build.tasks, _preempt_terms(ctx)) is not None
     evicted = {j.name for j in ctx.state.jobs for t in j.tasks if t.status is TaskStatus.RELEASING}
     assert evicted == {"whole"}
     assert build.tasks[0].status is TaskStatus.PIPELINED
@@ -161,11 +159,10 @@ def test_a_recorded_search_redone_on_the_state_it_began_on_leaves_the_same() -> 
     stmt, gang = ctx.stmt, ctx.state.job_index["gang"]
     stmt.set_reason("gang", Reason("no-room", "no room"))
     before, mark, start = _fingerprint(ctx.state), stmt.state_mark, stmt.checkpoint()
-    pool = _preemptible(ctx)
+    terms = _preempt_terms(ctx)
 
     def search() -> None:
-        units = pool.units
-        assert free_room_for(ctx, gang.tasks, units, lambda u: True, "preempt", lambda u: "r", None, pool)
+        assert solve(ctx, gang, gang.tasks, terms) is not None
         stmt.clear_reason("gang")
 
     ops = stmt.recorded(search)
@@ -250,7 +247,7 @@ def test_a_reason_set_or_cleared_after_a_checkpoint_is_undone_by_rollback() -> N
     assert stmt.reasons == {"gang": room} and made == []  # an earlier reason stands, nothing made
 
 
-def _preemptible(ctx: CycleContext) -> Candidates:
-    """Every preemptible job's units, in victim order: the candidates of a search."""
+def _preempt_terms(ctx: CycleContext) -> Terms:
+    """Every preemptible job's units, in victim order, as a preempt's candidates."""
     units = victim_units([j for j in ctx.state.jobs if j.info.preemptible], victim_order_key)
-    return Candidates(units, ctx.state.nodes.idle.shape[1])
+    return Terms("preempt", units, lambda u: True, lambda u: "r", lambda scenario: True)

@@ -1,0 +1,312 @@
+"""KAI's job solver (as KAI-Scheduler v0.17): how consolidation, reclaim and preempt find
+room for a job by taking running work, pure over the cycle's Statement.
+
+For the job's tasks (its missing gang) each scenario generator (scenarios.py) in turn
+finds the most tasks it can place, 1, 2, 4, ... then halving the gap, recording the
+victims of each count it solves and starting the next count from them; then all the
+tasks from the last victims recorded. A generator proposes scenarios: sets of candidate
+units to take beside the recorded victims. Each is *simulated*: its victims evicted,
+then the next allocate played over the job and its victims in allocate's own line
+(walkline.py), each checked against its queue's limits:
+
+- a victim job places again what allocate would place of it (its gang, or one task);
+  a task that lands where it ran was no victim (KAI un-evicts it): the scenario is
+  played again without evicting it, so it keeps its room. This is what keeps a state
+  from swinging between two queues: the victim's queue, first in line, takes its room
+  straight back, and the job does not fit;
+- a task that lands elsewhere is moved (Releasing where it was, Pipelined where it
+  goes), not stopped;
+- the job's tasks are all placed (on free room, or pipelined on room being released).
+
+A scenario that places the job is judged by the action's `valid` rule (reclaim: KAI's
+fair-share rules on the victims actually stopped; consolidation: every victim moved,
+none stopped). The first valid scenario is kept, a scenario is never played twice for
+the same tasks and victims, and a search that finds none leaves no trace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from kai_ray.core.capacity import capacity_problem
+from kai_ray.core.cluster import Job, Task
+from kai_ray.core.context import CycleContext
+from kai_ray.core.jobqueues import JobQueues
+from kai_ray.core.model import TaskStatus
+from kai_ray.core.victims import Allowed, EvictReason, GivingOrder, Unit
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+__all__ = ["Scenario", "Terms", "solve"]
+
+# A scenario's victims, as the simulation left them: stopped, and moved elsewhere.
+Validate = Callable[["Scenario"], bool]
+# A scenario generator (scenarios.py): the victims each scenario takes beside the recorded.
+Generator = Callable[[CycleContext, "Terms", Sequence[Unit], Sequence[Task]], "Iterator[list[Unit]]"]
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    stopped: list[Unit]  # evicted and not placed again
+    moved: list[Unit]  # evicted and placed again elsewhere
+
+
+@dataclass(frozen=True, slots=True)
+class Terms:
+    """How one action may take room for one job."""
+
+    action: str
+    units: Sequence[Unit]  # the candidates it may take, in victim order
+    allowed: Allowed  # whether a candidate may be taken now (min runtime, standings)
+    evict_reason: EvictReason
+    valid: Validate  # the action's judgement of a scenario that placed the job
+    giving: GivingOrder | None = None  # between queues: which queue gives first
+    check_capacity: bool = True  # the job's queue limits, with the victims gone
+
+
+def solve(ctx: CycleContext, job: Job, tasks: list[Task], terms: Terms) -> Scenario | None:
+    """Place `tasks` of `job`, taking victims as the terms allow; all or nothing. On
+    success the Statement holds the evictions, the moves and the placements.
+
+    As KAI-Scheduler v0.17: each generator in turn (scenarios.GENERATORS), from no
+    recorded victims. It finds the most tasks it can place (1, 2, 4, ... then halving
+    the gap), recording the victims of each count it solves, then solves all of them
+    from the last victims recorded. Scenarios already simulated for the same tasks and
+    victims are not simulated twice."""
+    stmt = ctx.stmt
+    start = stmt.checkpoint()
+    failed: set[tuple[int, frozenset[int], frozenset[int]]] = set()
+    from kai_ray.core.scenarios import GENERATORS  # they read Terms from here
+
+    for generate in GENERATORS:
+        recorded: list[Unit] = []
+        whole: Scenario | None = None  # all the tasks solved by a probe, kept as it left the state
+
+        def probe(k: int, generate: Generator = generate) -> bool:
+            nonlocal recorded, whole
+            found = _solve_partial(ctx, job, tasks[:k], recorded, terms, generate, failed)
+            if found is not None and k == len(tasks):
+                whole = found  # KAI solves all of them again from these victims: the same
+                return True
+            stmt.rollback(start)
+            if found is None:
+                return False
+            recorded = [*found.stopped, *found.moved]
+            return True
+
+        if _most_solvable(len(tasks), probe) == 0:
+            continue
+        found = whole or _solve_partial(ctx, job, tasks, recorded, terms, generate, failed)
+        if found is not None:
+            if any(t.status is TaskStatus.PIPELINED for t in tasks):
+                stmt.pipeline_job(job)
+            return found
+        stmt.rollback(start)
+    return None
+
+
+def _most_solvable(n: int, probe: Callable[[int], bool]) -> int:
+    """The largest k in 1..n that `probe` solves, found as KAI finds it: doubling from 1
+    until a count fails, then halving the gap (0: not even one)."""
+    lo, hi, k = 0, 0, 1
+    while True:
+        if not probe(k):
+            hi = k
+            break
+        lo = k
+        if k == n:
+            return n
+        k = min(2 * k, n)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if probe(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def _solve_partial(
+    ctx: CycleContext,
+    job: Job,
+    tasks: list[Task],
+    recorded: list[Unit],
+    terms: Terms,
+    generate: Generator,
+    failed: set[tuple[int, frozenset[int], frozenset[int]]],
+) -> Scenario | None:
+    rec = frozenset(id(u) for u in recorded)
+    for extra in generate(ctx, terms, recorded, tasks):
+        victims = [*recorded, *(u for u in extra if id(u) not in rec)]
+        if not victims:
+            continue  # a scenario takes at least one victim
+        key = (len(tasks), rec, frozenset(id(u) for u in victims))
+        if key in failed:
+            continue
+        found = _simulate(ctx, job, tasks, victims, terms)
+        if found is not None:
+            return found
+        failed.add(key)
+    return None
+
+
+def _simulate(
+    ctx: CycleContext, job: Job, tasks: list[Task], victims: list[Unit], terms: Terms
+) -> Scenario | None:
+    """Evict the victims, then play the next allocate over the job and its victims
+    (_allocate_over); the scenario when the job's tasks are placed and the action finds
+    it valid, the Statement left as the scenario ends (else as it began).
+
+    A victim task that allocate puts back where it ran was no victim: as KAI un-evicts
+    it, the scenario is played again without evicting it (it keeps its room, which may
+    leave none for the job), each victim job placing again only what it placed the
+    first time."""
+    stmt = ctx.stmt
+    mark = stmt.checkpoint()
+    kept: set[int] = set()  # victim tasks that came back where they ran
+    allowance: dict[int, list[Task]] | None = None  # per victim job, what allocate places again
+    while True:
+        evicted: dict[int, list[Task]] = {}
+        for u in victims:
+            for t in u.tasks:
+                if id(t) not in kept and t.status is TaskStatus.RUNNING:
+                    stmt.evict(t, terms.action, terms.evict_reason(u))
+                    evicted.setdefault(id(u.job), []).append(t)
+        if allowance is None:
+            allowance = {k: _next_tasks(ts) for k, ts in evicted.items()}
+        back = _allocate_over(ctx, job, tasks, evicted, allowance, terms)
+        if back is None:
+            stmt.rollback(mark)
+            return None
+        if not back:
+            break
+        stmt.rollback(mark)
+        kept |= back
+        allowance = {k: [t for t in ts if id(t) not in back] for k, ts in allowance.items()}
+    scenario = _scenario(victims, kept)
+    if terms.valid(scenario):
+        return scenario
+    stmt.rollback(mark)
+    return None
+
+
+def _next_tasks(evicted: list[Task]) -> list[Task]:
+    """What allocate would place again of a victim job: its missing gang, or one task
+    when it is whole without them (KAI's tasks to allocate, among its evicted tasks)."""
+    job = evicted[0].job
+    n = max(0, job.gang - job.active_count) or 1
+    return sorted(evicted, key=lambda t: t.index)[:n]
+
+
+def _scenario(victims: list[Unit], kept: set[int]) -> Scenario:
+    """Each victim unit split into what the scenario stopped and what it moved (placed
+    again elsewhere); what came back where it ran is neither."""
+    stopped: list[Unit] = []
+    moved: list[Unit] = []
+    for u in victims:
+        gone = [t for t in u.tasks if id(t) not in kept and t.status is TaskStatus.RELEASING]
+        went = [t for t in u.tasks if id(t) not in kept and t.status is TaskStatus.PIPELINED]
+        if gone:
+            stopped.append(u if len(gone) == len(u.tasks) else Unit(u.job, tuple(gone), u.surplus))
+        if went:
+            moved.append(u if len(went) == len(u.tasks) else Unit(u.job, tuple(went), u.surplus))
+    return Scenario(stopped, moved)
+
+
+def _allocate_over(
+    ctx: CycleContext,
+    job: Job,
+    tasks: list[Task],
+    evicted: dict[int, list[Task]],
+    allowance: dict[int, list[Task]],
+    terms: Terms,
+) -> set[int] | None:
+    """The next allocate played over the job and its victims' jobs: None when the job
+    does not fit; else the victim tasks placed back where they ran.
+
+    As in KAI, the walk is allocate's own line: every waiting job, the victims' jobs and
+    the job, queue by queue. Only the job and its victims act; the others are passed
+    over, but while one heads its queue the queue is ranked with it, so where a victim
+    stands against the job is where allocate would put it (a queue whose head asks for
+    little may come first, and its victim takes its room back)."""
+    victim_jobs = {k: ts[0].job for k, ts in evicted.items()}
+    acting = {id(job), *victim_jobs}
+    mine = [job, *victim_jobs.values()]
+    for j in mine:
+        ctx.forget(j)  # their next tasks changed with the evictions
+    # A victim job asks for what it would place again (its tasks are releasing, not
+    # pending); every other job as allocate ranks it.
+    asks = {k: ctx.amount(ts).tolist() for k, ts in allowance.items() if ts}
+    rows, policy = ctx.rows, ctx.policy
+    assert rows is not None
+
+    def rank(q: int, j: Job) -> object:
+        amount = asks.get(id(j))
+        if amount is None:
+            return ctx.rank(q, j)
+        return policy.queue_rank(ctx.state, rows, q, amount)
+
+    lines = ctx.walk_line().lines(ctx.stmt.touched_jobs, mine, lambda j: j.pending_count > 0)
+    order = JobQueues(ctx.state, rank, lines, policy.job_order, ctx.forget)
+    back: set[int] = set()
+    left = len(acting)
+    try:
+        while left and (turn := order.next_job()) is not None:
+            if id(turn) in acting:
+                left -= 1
+                if turn is job:
+                    if not _place(ctx, job, tasks, terms):
+                        return None
+                else:
+                    back |= _place_again(ctx, allowance.get(id(turn), []), terms.action)
+            order.done(turn)
+    finally:
+        for j in mine:
+            ctx.forget(j)
+    return back
+
+
+def _place(ctx: CycleContext, job: Job, tasks: list[Task], terms: Terms) -> bool:
+    """The job's tasks, its queue's limits checked first. Tasks whose affinities differ
+    are tried again with the most constrained first when task order fails: a task that
+    may use any node should not take the one node another task may use."""
+    if terms.check_capacity and capacity_problem(ctx.state, ctx.shares, job, ctx.amount(tasks)) is not None:
+        return False
+    placer = ctx.placer
+    if placer.place_gang(ctx.stmt, job, tasks, terms.action):
+        return True
+    if not job.per_task or len(tasks) < 2:
+        return False
+    base = placer.job_mask(job)
+    tight = sorted(tasks, key=lambda t: int(placer.task_mask(t, base).sum()))
+    return tight != tasks and placer.place_gang(ctx.stmt, job, tight, terms.action)
+
+
+def _place_again(ctx: CycleContext, tasks: list[Task], action: str) -> set[int]:
+    """Place a victim job's evicted tasks again, pipelined (each starts once it stopped),
+    all or none, on any node the job may use, within its queue's limits as allocate
+    would. The tasks that landed back where they ran (on the same device, for a share of
+    one): they need not stop at all."""
+    if not tasks:
+        return set()
+    job = tasks[0].job
+    if capacity_problem(ctx.state, ctx.shares, job, ctx.amount(tasks)) is not None:
+        return set()
+    stmt = ctx.stmt
+    mark = stmt.checkpoint()
+    mask = ctx.placer.job_mask(job)
+    was = {id(t): (t.node, t.device) for t in tasks}
+    for t in tasks:
+        spot = ctx.placer.spot(t, mask, allow_pipeline=True)
+        if spot is None:
+            stmt.rollback(mark)
+            return set()
+        stmt.place(t, spot[0], spot[1], True, action)
+    return {
+        id(t)
+        for t in tasks
+        if t.node == was[id(t)][0] and (not t.fraction_request or t.device == was[id(t)][1])
+    }
