@@ -10,11 +10,12 @@ from kai_ray.core.capacity import capacity_problem
 from kai_ray.core.cluster import EPS, Job, Task
 from kai_ray.core.context import CycleContext
 from kai_ray.core.failedsearches import FailedSearches, FailureKey, Grounds, search_key
+from kai_ray.core.policy import tasks_to_allocate
 from kai_ray.core.preemptiondelay import HeldBack
 from kai_ray.core.reasons import unmet_affinity
 from kai_ray.core.settling import each_waiting_gang
 from kai_ray.core.solver import Terms, solve
-from kai_ray.core.victims import Unit, victim_units
+from kai_ray.core.victims import GivingOrder, Unit, victim_units
 
 __all__ = ["consolidate"]
 
@@ -59,7 +60,7 @@ class _TotalRoom:
 def _step(ctx: CycleContext, job: Job, failed: FailedSearches, held: HeldBack, room: _TotalRoom) -> None:
     if job.incomplete():
         return  # too few tasks are left for its gang (or a subgroup's): it never starts part-way
-    gang = job.missing()
+    gang = tasks_to_allocate(job)  # as in reclaim and preempt
     if not gang:
         return
     # The key first: summing the free room over ten thousand nodes for each of a
@@ -118,6 +119,7 @@ def _consolidate_for(ctx: CycleContext, job: Job, gang: list[Task]) -> bool:
         allowed=lambda u: True,
         evict_reason=lambda u: reason,
         valid=lambda scenario: not scenario.stopped,
+        giving=GivingOrder(ctx),  # KAI's victims queue: the queue that gives first, as for reclaim
     )
     if solve(ctx, job, gang, terms) is None:
         return False

@@ -79,9 +79,10 @@ class CycleContext:
         return self.line
 
     def waiting_gangs(self) -> JobQueues:
-        """Jobs whose gang is still incomplete, in policy order (the actions that evict)."""
+        """Jobs with tasks waiting, in policy order (the actions that evict): a gang still
+        incomplete, or, as KAI's reclaim and preempt try it, an elastic job for one more task."""
         jobs = self.state.maybe_pending()
-        return self.job_queues([j for j in jobs if j.pending_count and not j.is_whole()])
+        return self.job_queues([j for j in jobs if j.pending_count])
 
     def walk_line(self) -> WalkLine:
         """Allocate's line in runs (walkline.py), made again once many jobs changed."""

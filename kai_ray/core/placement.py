@@ -41,6 +41,11 @@ class Placer:
         # what runs there: kept as long as the Placer, which a cycle cache keeps while
         # the nodes are the same (reasons.py keeps whether a gang could ever fit here).
         self._node_facts: dict[tuple[object, ...], object] = {}
+        # While the solver plays allocate over a scenario (solver.py): each node's idle
+        # room as the play began. KAI places every task of the scenario pipelined, taking
+        # it from the node's releasing room alone, so to its node scores (which prefer a
+        # node the task fits in idle room) a node keeps the idle room it had.
+        self.all_room: FloatArray | None = None
 
     @property
     def buckets(self) -> GpuBuckets:
@@ -156,6 +161,8 @@ class Placer:
         return int(np.argmin(np.where(candidates, score, np.inf)))
 
     def choose(self, task: Task, mask: BoolArray, allow_pipeline: bool) -> Spot | None:
+        if self.all_room is not None and allow_pipeline:
+            return self._best_of_all_room(task, mask, self.all_room)
         if mask is self._selector_masks.get(()) and not task.fraction_request and task.demand[0] >= 1:
             node = self._first_in_buckets(task)
             if node >= 0:
@@ -204,6 +211,21 @@ class Placer:
             walk.close()  # puts the passed entries back into their heaps
         return _NONE_FITS
 
+    def _best_of_all_room(self, task: Task, mask: BoolArray, idle_before: FloatArray) -> Spot | None:
+        """As KAI's pipeline-only allocation: of the nodes the task fits once releasing
+        work is gone, the best of those it fits in the idle room they had as the play
+        began, else the best of all."""
+        later = self.fits(task, mask, future=True)
+        if not later.any():
+            return None
+        soon = later.copy()
+        for col in np.flatnonzero(task.demand):
+            soon &= idle_before[:, col] >= task.demand[col] - EPS
+        node = self.best_node(task, soon if soon.any() else later)
+        here = np.zeros_like(mask)
+        here[node] = True
+        return self._on_node(task, node, cpu_now=bool(self.fits(task, here, future=False)[node]))
+
     def _pipelined(self, task: Task, mask: BoolArray) -> Spot | None:
         later = self.fits(task, mask, future=True)
         if not later.any():
@@ -248,7 +270,7 @@ class Placer:
         """Place every task or none (the caller's checkpoint is rolled back on failure)."""
         checkpoint = stmt.checkpoint()
         spreading = bool(tasks) and bool(tasks[0].job.info.spread)
-        if not spreading and self._can_fill_blocks(tasks, mask):
+        if not spreading and self.all_room is None and self._can_fill_blocks(tasks, mask):
             tasks = self._fill_blocks(stmt, tasks, action)
         # A spreading gang counts its tasks per node as it goes, rather than per task.
         counts = self.own_counts(tasks[0].job) if spreading else None
@@ -296,7 +318,8 @@ class Placer:
 
         Room now comes first, as everywhere: an even spread is not worth waiting for."""
         held = list(counts)
-        for future in (False, True) if allow_pipeline else (False,):
+        tries = (False, True) if allow_pipeline else (False,)
+        for future in (True,) if self.all_room is not None and allow_pipeline else tries:
             room = self.fits(task, mask, future)  # a fresh array: ours to narrow
             fewest = _fewest(room, counts, held, task.job.info.spread == "required")
             if fewest is not None:

@@ -234,7 +234,10 @@ class SureToFail:
         if self.incomplete_fails and job.incomplete():
             self.incomplete[id(job)] = job
             return
-        key = None if job.is_whole() else search_key(job, job.missing, self.action, job.missing_count())
+        if job.is_whole():  # one more task of an elastic job (policy.tasks_to_allocate)
+            key = search_key(job, lambda: job.pending()[:1], self.action, 1)
+        else:
+            key = search_key(job, job.missing, self.action, job.missing_count())
         self.keys[id(job)] = key
         groups = self.capped if self.is_capped is not None and self.is_capped(job) else self.groups
         group = groups.get(key)

@@ -167,7 +167,7 @@ def _simulate(
     stmt = ctx.stmt
     mark = stmt.checkpoint()
     kept: set[int] = set()  # victim tasks that came back where they ran
-    allowance: dict[int, list[Task]] | None = None  # per victim job, what allocate places again
+    steps: dict[int, list[list[Task]]] | None = None  # per victim job, what allocate places again
     while True:
         evicted: dict[int, list[Task]] = {}
         for u in victims:
@@ -175,9 +175,9 @@ def _simulate(
                 if id(t) not in kept and t.status is TaskStatus.RUNNING:
                     stmt.evict(t, terms.action, terms.evict_reason(u))
                     evicted.setdefault(id(u.job), []).append(t)
-        if allowance is None:
-            allowance = {k: _next_tasks(ts) for k, ts in evicted.items()}
-        back = _allocate_over(ctx, job, tasks, evicted, allowance, terms)
+        if steps is None:
+            steps = {k: _steps(ts) for k, ts in evicted.items()}
+        back = _allocate_over(ctx, job, tasks, evicted, steps, terms)
         if back is None:
             stmt.rollback(mark)
             return None
@@ -185,7 +185,10 @@ def _simulate(
             break
         stmt.rollback(mark)
         kept |= back
-        allowance = {k: [t for t in ts if id(t) not in back] for k, ts in allowance.items()}
+        steps = {
+            k: [c for c in ([t for t in chunk if id(t) not in back] for chunk in cs) if c]
+            for k, cs in steps.items()
+        }
     scenario = _scenario(victims, kept)
     if terms.valid(scenario):
         return scenario
@@ -193,12 +196,20 @@ def _simulate(
     return None
 
 
-def _next_tasks(evicted: list[Task]) -> list[Task]:
-    """What allocate would place again of a victim job: its missing gang, or one task
-    when it is whole without them (KAI's tasks to allocate, among its evicted tasks)."""
+def _without(chunks: list[list[Task]], back: set[int]) -> list[list[Task]]:
+    kept = ([t for t in chunk if id(t) not in back] for chunk in chunks)
+    return [chunk for chunk in kept if chunk]
+
+
+def _steps(evicted: list[Task]) -> list[list[Task]]:
+    """What allocate would place again of a victim job, step by step: its missing gang
+    (KAI's tasks to allocate, among its evicted tasks), then, as allocate grows an
+    elastic job, one more task a step. (KAI's simulation stops after the first step; the
+    next cycle's allocate does not, and would give an elastic victim its room back.)"""
     job = evicted[0].job
     n = max(0, job.gang - job.active_count) or 1
-    return sorted(evicted, key=lambda t: t.index)[:n]
+    ordered = sorted(evicted, key=lambda t: t.index)
+    return [ordered[:n], *([t] for t in ordered[n:])]
 
 
 def _scenario(victims: list[Unit], kept: set[int]) -> Scenario:
@@ -221,7 +232,7 @@ def _allocate_over(
     job: Job,
     tasks: list[Task],
     evicted: dict[int, list[Task]],
-    allowance: dict[int, list[Task]],
+    steps: dict[int, list[list[Task]]],
     terms: Terms,
 ) -> set[int] | None:
     """The next allocate played over the job and its victims' jobs: None when the job
@@ -239,7 +250,8 @@ def _allocate_over(
         ctx.forget(j)  # their next tasks changed with the evictions
     # A victim job asks for what it would place again (its tasks are releasing, not
     # pending); every other job as allocate ranks it.
-    asks = {k: ctx.amount(ts).tolist() for k, ts in allowance.items() if ts}
+    todo = {k: list(cs) for k, cs in steps.items()}
+    asks = {k: ctx.amount(cs[0]).tolist() for k, cs in todo.items() if cs}
     rows, policy = ctx.rows, ctx.policy
     assert rows is not None
 
@@ -253,6 +265,7 @@ def _allocate_over(
     order = JobQueues(ctx.state, rank, lines, policy.job_order, ctx.forget)
     back: set[int] = set()
     left = len(acting)
+    ctx.placer.all_room = ctx.state.nodes.idle.copy()
     try:
         while left and (turn := order.next_job()) is not None:
             if id(turn) in acting:
@@ -261,9 +274,17 @@ def _allocate_over(
                     if not _place(ctx, job, tasks, terms):
                         return None
                 else:
-                    back |= _place_again(ctx, allowance.get(id(turn), []), terms.action)
+                    chunks = todo.get(id(turn), [])
+                    placed, came_back = _place_again(ctx, chunks.pop(0) if chunks else [], terms.action)
+                    back |= came_back
+                    if placed and chunks:  # an elastic job goes back in line for its next task
+                        asks[id(turn)] = ctx.amount(chunks[0]).tolist()
+                        left += 1
+                        order.push_back(turn)
+                        continue
             order.done(turn)
     finally:
+        ctx.placer.all_room = None
         for j in mine:
             ctx.forget(j)
     return back
@@ -285,16 +306,16 @@ def _place(ctx: CycleContext, job: Job, tasks: list[Task], terms: Terms) -> bool
     return tight != tasks and placer.place_gang(ctx.stmt, job, tight, terms.action)
 
 
-def _place_again(ctx: CycleContext, tasks: list[Task], action: str) -> set[int]:
+def _place_again(ctx: CycleContext, tasks: list[Task], action: str) -> tuple[bool, set[int]]:
     """Place a victim job's evicted tasks again, pipelined (each starts once it stopped),
     all or none, on any node the job may use, within its queue's limits as allocate
-    would. The tasks that landed back where they ran (on the same device, for a share of
-    one): they need not stop at all."""
+    would: whether they were placed, and those that landed back where they ran (on the
+    same device, for a share of one): they need not stop at all."""
     if not tasks:
-        return set()
+        return False, set()
     job = tasks[0].job
     if capacity_problem(ctx.state, ctx.shares, job, ctx.amount(tasks)) is not None:
-        return set()
+        return False, set()
     stmt = ctx.stmt
     mark = stmt.checkpoint()
     mask = ctx.placer.job_mask(job)
@@ -303,10 +324,12 @@ def _place_again(ctx: CycleContext, tasks: list[Task], action: str) -> set[int]:
         spot = ctx.placer.spot(t, mask, allow_pipeline=True)
         if spot is None:
             stmt.rollback(mark)
-            return set()
+            return False, set()
         stmt.place(t, spot[0], spot[1], True, action)
-    return {
-        id(t)
-        for t in tasks
-        if t.node == was[id(t)][0] and (not t.fraction_request or t.device == was[id(t)][1])
+    return True, {
+        id(t) for t in tasks if (t.node, t.device if t.fraction_request else -1) == _where(was[id(t)], t)
     }
+
+
+def _where(was: tuple[int, int], t: Task) -> tuple[int, int]:
+    return was[0], was[1] if t.fraction_request else -1

@@ -147,7 +147,7 @@ class _GangView:
         }
         # Back in line as they are now: the gangs it touched that still wait incomplete,
         # and those new this cycle (not in the kept line yet) that it has not touched.
-        self.back = [job for job in touched if job.pending_count and not job.is_whole()]
+        self.back = [job for job in touched if job.pending_count]
         self.back += [job for job in line.new() if job not in touched]
         self.extra = SureToFail(self.back, FailedSearches(), action)
         self._reps: dict[FailureKey | None, Job] | None = None

@@ -75,7 +75,7 @@ class WaitingLine:
         self._names.pop(job.queue, None)
         if self._sure is not None:
             self._sure.add(job)
-        if self._gangs is not None and not job.is_whole():
+        if self._gangs is not None:
             self._arriving[id(job)] = job
 
     def remove(self, job: Job) -> None:
@@ -92,7 +92,7 @@ class WaitingLine:
             self._sure.tried(job)
         if self._arriving.pop(id(job), None) is not None or self._new.pop(id(job), None) is not None:
             return  # not among the incomplete gangs yet
-        if self._gangs is not None and not job.is_whole():
+        if self._gangs is not None:
             line = self._gangs[job.queue]
             del line[bisect.bisect_left(line, entry)]
             if not line:
@@ -140,7 +140,7 @@ class WaitingLine:
         if self._gangs is None:
             self._gangs = {}
             for q, line in self.lines.items():
-                gangs = [entry for entry in line if not entry[-1].is_whole()]
+                gangs = list(line)
                 if gangs:
                     self._gangs[q] = gangs
         return self._gangs
