@@ -253,6 +253,11 @@ class Job:
             return self.pending()[: max(0, self.gang - self.active_count)]
         return pick(self.info, self.short(), self.pending(), _subgroup)
 
+    def next_step(self) -> list[Task]:
+        """The tasks of the job's next step (KAI's tasks to allocate): its missing gang, or,
+        once the gang is whole, one more pending task of an elastic job."""
+        return self.pending()[:1] if self.is_whole() else self.missing()
+
     def missing_count(self) -> int:
         """len(missing())."""
         if not self.info.subgroups:

@@ -10,7 +10,6 @@ from kai_ray.core.capacity import capacity_problem
 from kai_ray.core.cluster import EPS, Job, Task
 from kai_ray.core.context import CycleContext
 from kai_ray.core.failedsearches import FailedSearches, FailureKey, Grounds, search_key
-from kai_ray.core.policy import tasks_to_allocate
 from kai_ray.core.preemptiondelay import HeldBack
 from kai_ray.core.reasons import unmet_affinity
 from kai_ray.core.settling import each_waiting_gang
@@ -60,7 +59,7 @@ class _TotalRoom:
 def _step(ctx: CycleContext, job: Job, failed: FailedSearches, held: HeldBack, room: _TotalRoom) -> None:
     if job.incomplete():
         return  # too few tasks are left for its gang (or a subgroup's): it never starts part-way
-    gang = tasks_to_allocate(job)  # as in reclaim and preempt
+    gang = job.next_step()  # as in reclaim and preempt
     if not gang:
         return
     # The key first: summing the free room over ten thousand nodes for each of a

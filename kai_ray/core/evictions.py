@@ -23,7 +23,6 @@ from kai_ray.core.context import CycleContext
 from kai_ray.core.failedsearches import FailedSearches, FailureKey, Grounds, search_key, victim_inputs
 from kai_ray.core.hooks import ReclaimSides
 from kai_ray.core.model import Reason, TaskStatus
-from kai_ray.core.policy import tasks_to_allocate
 from kai_ray.core.preemptiondelay import HeldBack
 from kai_ray.core.reasons import unmet_affinity
 from kai_ray.core.settling import each_waiting_gang
@@ -71,7 +70,7 @@ def make_room(
 ) -> bool:
     """Place the job's missing gang, evicting what the search allows; all or nothing.
     A job within its preemption delay (`held`) that would evict waits instead."""
-    gang = tasks_to_allocate(job)  # its missing gang, or once whole one more task (as KAI)
+    gang = job.next_step()  # its missing gang, or once whole one more task (as KAI)
     if not gang or job.incomplete():
         return False
     key = search_key(job, gang, search.action)
@@ -246,7 +245,7 @@ def reclaim(ctx: CycleContext) -> None:
     held = HeldBack(ctx, "reclaim", failed)
 
     def verdicts(job: Job) -> tuple[object, ...]:
-        gang = tasks_to_allocate(job)
+        gang = job.next_step()
         search = _reclaim_search(ctx, job, ctx.amount(gang), candidates, giving)
         return search.verdicts(search.victims())
 
@@ -283,7 +282,7 @@ def _reclaim_for(
     held: HeldBack,
 ) -> bool:
     state, shares, policy = ctx.state, ctx.shares, ctx.policy
-    gang = tasks_to_allocate(job)
+    gang = job.next_step()
     if not gang:
         return False
     amount = ctx.amount(gang)

@@ -84,8 +84,8 @@ def allocate_count(job: Job) -> int:
 
 
 def tasks_to_allocate(job: Job) -> list[Task]:
-    """The tasks of the job's next step (see allocate_count)."""
-    return job.pending()[:1] if job.is_whole() else job.missing()
+    """The tasks of the job's next step (see allocate_count; Job.next_step)."""
+    return job.next_step()
 
 
 def dominant_share(amount: Sequence[float], allocatable: Sequence[float], total: Sequence[float]) -> float:

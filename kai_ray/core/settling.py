@@ -234,7 +234,7 @@ class SureToFail:
         if self.incomplete_fails and job.incomplete():
             self.incomplete[id(job)] = job
             return
-        if job.is_whole():  # one more task of an elastic job (policy.tasks_to_allocate)
+        if job.is_whole():  # one more task of an elastic job (Job.next_step)
             key = search_key(job, lambda: job.pending()[:1], self.action, 1)
         else:
             key = search_key(job, job.missing, self.action, job.missing_count())
