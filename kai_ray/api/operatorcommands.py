@@ -17,6 +17,8 @@ from kai_ray.k8s import DEFAULT_SCHEDULER_NAMES
 __all__ = ["add_commands", "operator_options"]
 
 log = logging.getLogger(__name__)
+STATUS_TIMEOUT_S = 10.0  # for the operator actor's status
+STATUS_LOG_LINES = 20  # its recent log lines `--in-ray --status` prints
 
 
 def add_commands(subparsers: Any) -> None:
@@ -94,6 +96,12 @@ def add_commands(subparsers: Any) -> None:
         "kai-ray-operator: start it, or find the one running, and return",
     )
     p.add_argument("--address", help="with --in-ray: the Ray cluster's address (default: auto)")
+    p.add_argument(
+        "--status",
+        action="store_true",
+        help="with --in-ray: print what the operator actor is doing (listing, waiting for its lease "
+        "and for whom, scheduling) and its recent log lines; start nothing",
+    )
     p.add_argument(
         "--dashboard",
         metavar="[HOST:]PORT",
@@ -217,6 +225,8 @@ def _operator(args: argparse.Namespace) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if args.status:  # reads the actor alone: no kubeconfig needed here
+        return _actor_status(args)
     options = operator_options(args)
     config = load_kubeconfig(args.kubeconfig, args.context)
     options.leader = leader_option(args, config)
@@ -276,8 +286,44 @@ def _in_ray(args: argparse.Namespace, config: Any, options: Any) -> int:
                 await install_default_queues(kube, options.default_queue)
 
         asyncio.run(crds())
-    _, started = find_or_start_operator(config, options)
+    handle, started = find_or_start_operator(config, options)
     verb = "started" if started else "already runs"
     where = f"actor {OPERATOR_ACTOR} (namespace kai-ray)"
     print(f"kai-ray operator {verb} in this Ray cluster as {where}, on {config.server}")
+    print(_describe(handle))
+    return 0
+
+
+def _describe(handle: Any) -> str:
+    """The actor's status as lines for people (kai_ray.k8s.progress.describe)."""
+    import ray
+
+    from kai_ray.k8s.progress import describe
+
+    try:
+        return describe(ray.get(handle.status.remote(), timeout=STATUS_TIMEOUT_S))
+    except Exception as exc:  # a busy or restarting actor: the command still did its part
+        return f"status: no answer from the actor ({type(exc).__name__}: {exc})"
+
+
+def _actor_status(args: argparse.Namespace) -> int:
+    import ray
+
+    from kai_ray.api.cliutil import CommandFailed, connect_ray
+    from kai_ray.api.operator_actor import NAMESPACE, OPERATOR_ACTOR
+    from kai_ray.config.errors import ConfigError
+
+    if not args.in_ray:
+        raise ConfigError("--status reads the operator actor: give --in-ray (and --address) with it")
+    connect_ray(args.address)
+    try:
+        handle = ray.get_actor(OPERATOR_ACTOR, namespace=NAMESPACE)
+    except ValueError:
+        raise CommandFailed(
+            f"no operator actor {OPERATOR_ACTOR} in this Ray cluster: start it with kai-ray operator --in-ray"
+        ) from None
+    print(_describe(handle))
+    lines: list[str] = ray.get(handle.log_tail.remote(STATUS_LOG_LINES), timeout=STATUS_TIMEOUT_S)
+    for line in lines:
+        print(f"  {line}")
     return 0

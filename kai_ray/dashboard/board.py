@@ -49,6 +49,9 @@ class Board:
     workloads: list[dict[str, Any]] = field(default_factory=list)
     nodes: list[dict[str, Any]] = field(default_factory=list)
     levels: list[str] = field(default_factory=list)  # topology levels, outermost first
+    # What the scheduler is doing when it may not be scheduling (the Kubernetes operator
+    # listing, or waiting for its lease: kai_ray.k8s.progress); None where always scheduling.
+    status: dict[str, Any] | None = None
 
     def summary(self) -> dict[str, Any]:
         states: dict[str, int] = defaultdict(int)
@@ -67,6 +70,7 @@ class Board:
             "gpus_used": round(used, 4),
             "gpus_outside": round(outside, 4),
             "over_share": sorted(q["name"] for q in self.queues if q["standing"] == "over"),
+            "status": self.status,
         }
 
 
@@ -272,11 +276,12 @@ def board_of(
     display: Callable[[str], str] = lambda name: name,
     hidden_labels: Iterable[str] = (),
     text: Callable[[str], str] = lambda s: s,
+    status: dict[str, Any] | None = None,
 ) -> Board:
     """The Board of any backend's scheduling loop: its Lifecycle's workloads, the last
     cycle's figures and places in line. `nodes` and `queues`: the backend's current ones
     when it keeps fresher ones than the last cycle's snapshot. `text` rewrites reasons
-    for people (Ray's long node ids shortened)."""
+    for people (Ray's long node ids shortened). `status`: Board.status."""
     last = loop.last.snapshot if loop.last is not None else None
     nodes = list(nodes if nodes is not None else (last.nodes if last else []))
     queues = list(queues if queues is not None else (last.queues if last else []))
@@ -302,7 +307,9 @@ def board_of(
         for n in nodes
     ]
     tree = queue_rows(queues, loop.queue_status, {q: (c[0], c[1]) for q, c in counts.items()})
-    return Board(backend=backend, at=now, queues=tree, workloads=rows, nodes=node_rows, levels=levels)
+    return Board(
+        backend=backend, at=now, queues=tree, workloads=rows, nodes=node_rows, levels=levels, status=status
+    )
 
 
 def board_from_controller(ctl: Any, now: float, *, backend: str = "ray", **options: Any) -> Board:

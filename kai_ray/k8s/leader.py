@@ -81,11 +81,31 @@ class LeaderElector:
         self.valid_until = -math.inf  # by self.clock: no write after this
         self._observed: dict[str, Any] | None = None  # the record last seen, and when it changed
         self._observed_at = -math.inf
+        self._observed_wall = 0.0  # the same moment by the wall clock: for people only
         self._last_error = ""
 
     @property
     def leading(self) -> bool:
         return self.clock() < self.valid_until
+
+    def standing(self) -> dict[str, Any]:
+        """Where this replica stands, for people (status, dashboard, log): leading, or
+        waiting for whom and until when at the earliest (later if the holder renews)."""
+        lease = f"{self.options.namespace}/{self.options.name}"
+        if self.leading:
+            return {"lease": lease, "identity": self.identity, "leading": True, "holder": self.identity}
+        record = self._observed or {}
+        holder = record.get("holderIdentity") or ""
+        other = bool(holder) and holder != self.identity
+        wait = self._observed_at + self._duration(record) - self.clock() if other else 0.0
+        return {
+            "lease": lease,
+            "identity": self.identity,
+            "leading": False,
+            "holder": holder,
+            "wait_s": round(max(0.0, wait), 1),
+            "until": self._observed_wall + self._duration(record) if other else None,
+        }
 
     def check(self) -> None:
         """The write fence: raise NotLeading unless this process may act now."""
@@ -94,10 +114,13 @@ class LeaderElector:
 
     # ------------------------------------------------------------ the loops
 
-    async def acquire(self) -> None:
-        """Wait until this process holds the lease."""
+    async def acquire(self, on_try: Callable[[], None] | None = None) -> None:
+        """Wait until this process holds the lease; `on_try` after each try that failed
+        (the operator's status reads `standing()` there)."""
         log.info("waiting for lease %s/%s as %s", self.options.namespace, self.options.name, self.identity)
         while not await self._attempt():
+            if on_try is not None:
+                on_try()
             await asyncio.sleep(self._next_try())
         log.info("leading: lease %s/%s held by %s", self.options.namespace, self.options.name, self.identity)
 
@@ -189,10 +212,17 @@ class LeaderElector:
         record = lease.get("spec") or {}
         holder = record.get("holderIdentity") or ""
         if record != self._observed:
-            if holder != (self._observed or {}).get("holderIdentity", "") and holder != self.identity:
-                log.info("lease %s/%s is held by %r", self.options.namespace, self.options.name, holder)
+            new_holder = holder != (self._observed or {}).get("holderIdentity", "")
             # After the read: later than the sending of any write it shows.
-            self._observed, self._observed_at = record, self.clock()
+            self._observed, self._observed_at, self._observed_wall = record, self.clock(), time.time()
+            if new_holder and holder and holder != self.identity:
+                log.info(
+                    "lease %s/%s is held by %r: taking it over if it goes unrenewed for %gs",
+                    self.options.namespace,
+                    self.options.name,
+                    holder,
+                    self._duration(record),
+                )
         if holder and holder != self.identity:
             if self.leading:  # someone took it (an admin, or a rival by clocks gone wrong): stop now
                 self.valid_until = -math.inf
@@ -230,6 +260,7 @@ class LeaderElector:
 
     def _won(self, written: dict[str, Any], sent: float) -> None:
         self._observed, self._observed_at = written.get("spec") or {}, self.clock()
+        self._observed_wall = time.time()
         self.valid_until = sent + self.options.renew_deadline
         self._last_error = ""
 

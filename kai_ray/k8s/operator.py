@@ -15,6 +15,9 @@ With leader election (`OperatorOptions.leader`, kai_ray.k8s.leader) a replica li
 watches as a warm standby, and steps (binds, evicts, writes status) only while it holds
 the Lease: every write passes the lease's fence, and losing the lease ends `run` with
 LeadershipLost at once.
+
+What it is doing (listing, waiting for the lease and for whom, scheduling) is logged
+once per step and reported by `status()` (kai_ray.k8s.progress), on the dashboard too.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import asyncio
 import gc
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from kai_ray.control.cycles import Cycles
@@ -39,6 +42,7 @@ from kai_ray.k8s.actuator import KubeActuator
 from kai_ray.k8s.client import Kube
 from kai_ray.k8s.devices import DeviceSharing, SharingOptions
 from kai_ray.k8s.leader import LeaderElector, LeaseOptions
+from kai_ray.k8s.progress import LISTING, SCHEDULING, Progress
 from kai_ray.k8s.source import KubeSource
 from kai_ray.k8s.watches import Watches
 from kai_ray.k8s.webhook import start_webhook
@@ -91,6 +95,7 @@ class Operator:
         self.lifecycle = ObservedLifecycle(self.source.facts, forecaster=self.forecaster)
         self.actuator.etas = self.forecaster.get
         self.feed = Feed(self._board)
+        self.progress = Progress(on_change=self.feed.touch)
         # A long-lived process with many live objects (every pod of the cluster): the
         # cycle runs with the garbage collector paused, and what the first list brought,
         # then the world the first step built from it, are frozen out of the collector's
@@ -124,9 +129,23 @@ class Operator:
 
     async def start(self) -> None:
         """Start the watches and wait for their first lists."""
+        started = time.monotonic()
+        self.progress.enter(LISTING, f"listing the cluster from {self.kube.config.server}")
         self._tasks = [asyncio.create_task(i.run()) for i in self.watches.all()]
         await self.watches.synced()
         gc.freeze()  # the cluster's objects, as listed: long-lived, never cyclic garbage
+        self.progress.listed_cluster(self._counts(), time.monotonic() - started)
+
+    def _counts(self) -> dict[str, int]:
+        w = self.watches
+        owners = {f"{kind}s": len(i.items) for kind, i in w.owners.items() if i.present}
+        queues = sum(len(q.items) for q in w.queues)
+        return {"nodes": len(w.nodes.items), "pods": len(w.pods.items), "queues": queues, **owners}
+
+    def status(self) -> dict[str, Any]:
+        """Where the operator stands (kai_ray.k8s.progress) and its figures so far."""
+        standing = None if self.leader is None else self.leader.standing()
+        return {**self.progress.status(standing), **asdict(self.stats)}
 
     async def start_dashboard(self) -> str | None:
         """Serve the dashboard as the options say; its URL (None: no dashboard)."""
@@ -140,17 +159,18 @@ class Operator:
         return url
 
     def _board(self) -> Board:
-        return board_of(self.loop, time.time(), backend="kubernetes")
+        return board_of(self.loop, time.time(), backend="kubernetes", status=self.status())
 
     async def run(self) -> None:
-        await self.start_dashboard()
-        if self.options.webhook is not None:
-            port, cert, key = self.options.webhook
-            self._webhook = await start_webhook(port, cert, key, self.options.scheduler_names)
         try:
+            await self.start_dashboard()  # inside: a failed start closes what started
+            if self.options.webhook is not None:
+                port, cert, key = self.options.webhook
+                self._webhook = await start_webhook(port, cert, key, self.options.scheduler_names)
             await self.start()  # a standby's informers are warm when it takes over
             if self.leader is not None:
-                await self.leader.acquire()
+                leader = self.leader
+                await leader.acquire(on_try=lambda: self.progress.waiting(leader.standing()))
             if self.actuator.sharing is not None:
                 await self.actuator.sharing.ensure_namespace()
             await self._schedule()
@@ -162,6 +182,8 @@ class Operator:
     async def _schedule(self) -> None:
         """Step the loop; with leader election, until the lease is lost (LeadershipLost)."""
         pacing = Pacing(period=self.options.tick, settle=self.options.settle)
+        lease = "" if self.leader is None else f" as the holder of lease {self.leader.standing()['lease']}"
+        self.progress.enter(SCHEDULING, f"scheduling{lease}")
         steps = asyncio.create_task(paced_steps(self.changed, self._step, pacing))
         if self.leader is None:
             await steps
@@ -200,4 +222,6 @@ class Operator:
         self.stats.cycles += 1
         self.stats.bound, self.stats.evicted = self.actuator.stats.bound, self.actuator.stats.evicted
         self.stats.last_cycle_s = time.monotonic() - started
+        if self.stats.cycles == 1:  # a (re)started operator acts again: said once
+            log.info("first cycle in %.2fs: %d pods bound", self.stats.last_cycle_s, self.stats.bound)
         return step

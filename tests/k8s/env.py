@@ -152,7 +152,15 @@ class K8sEnv:
                 self.operator.kill()
         self.operator = None
 
-    def wait_for(self, what: str, check: Callable[[], T], timeout: float = 30.0) -> T:
+    def wait_for(
+        self,
+        what: str,
+        check: Callable[[], T],
+        timeout: float = 30.0,
+        explain: Callable[[], str] | None = None,
+    ) -> T:
+        """`check()` once truthy; else an AssertionError with the operator's log tail, or
+        what `explain()` says (an operator that is not this env's process)."""
         deadline = time.monotonic() + timeout
         last: Any = None
         while time.monotonic() < deadline:
@@ -162,9 +170,8 @@ class K8sEnv:
             if last:
                 return last  # type: ignore[no-any-return]
             time.sleep(0.1)
-        raise AssertionError(
-            f"timed out after {timeout:g}s waiting for {what} (last: {last!r})\n{self.log_tail()}"
-        )
+        tail = explain() if explain is not None else self.log_tail()
+        raise AssertionError(f"timed out after {timeout:g}s waiting for {what} (last: {last!r})\n{tail}")
 
     def log_tail(self, lines: int = 40) -> str:
         if not self.operator_log.exists():

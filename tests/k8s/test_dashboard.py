@@ -83,16 +83,56 @@ def test_operator_dashboard_shows_gangs_queues_and_nodes(k8s: K8sEnv, browser: A
     assert queues["b"]["standing"] == "over" and queues["a"]["standing"] == "under"
     assert sorted(n["name"] for n in nodes) == ["n0", "n1"]
     assert api(url + "api/v1/queues", method="POST")[0] == 405
-    assert api(url + "api/v1/summary")[1]["backend"] == "kubernetes"
+    summary = api(url + "api/v1/summary")[1]
+    assert summary["backend"] == "kubernetes" and summary["status"]["phase"] == "scheduling", summary
 
     page = browser.new_page(viewport={"width": 1400, "height": 900})
     open_page(page, url, "workloads")
     row = page.locator("tr[data-workload$='/RayCluster/train']")
     assert "1 of 1" in row.inner_text() and "preempted" in row.inner_text()
+    assert page.locator("#status").is_hidden()  # scheduling: no banner
     shot(page, "k8s-dashboard-workloads")
     open_page(page, url, "queues")
     assert page.get_attribute("tr[data-queue='b']", "data-standing") == "over"
     page.close()
+
+
+def test_a_standby_says_on_its_dashboard_whose_lease_it_waits_for(k8s: K8sEnv, browser: Any) -> None:  # noqa: F811
+    """A replica that does not schedule says why (kai_ray.k8s.progress): the summary's
+    status and a banner on every page, until it takes over."""
+    k8s.node("n0", gpus=4)
+    leader_url, standby_url = (f"http://127.0.0.1:{free_port()}/" for _ in range(2))
+    k8s.start_operator("--dashboard", leader_url[len("http://") : -1])
+
+    def status(url: str) -> dict[str, Any]:
+        return (api(url + "api/v1/summary")[1] or {}).get("status") or {}
+
+    k8s.wait_for("the leader scheduling", lambda: status(leader_url).get("scheduling"))
+    assert k8s.operator is not None
+    leader = f"{socket.gethostname()}_{k8s.operator.pid}"
+    standby = k8s.spawn_operator(
+        "--dashboard", standby_url[len("http://") : -1], log=k8s.operator_log.with_name("standby.log")
+    )
+    try:
+        waiting = k8s.wait_for(
+            "the standby waiting", lambda: status(standby_url).get("phase") == "waiting-for-lease"
+        )
+        shown = status(standby_url)
+        assert waiting and shown["lease"]["holder"] == leader and not shown["scheduling"], shown
+        assert shown["listed"]["nodes"] == 1 and f"held by {leader}" in shown["detail"], shown
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        open_page(page, standby_url, "queues")
+        banner = page.locator("#status")
+        banner.wait_for(state="visible", timeout=10_000)
+        assert "Not scheduling: waiting for lease" in banner.inner_text() and leader in banner.inner_text()
+        shot(page, "k8s-dashboard-standby")
+        k8s.stop_operator()  # a clean stop hands the lease over: the standby schedules at once
+        k8s.wait_for("the standby scheduling", lambda: status(standby_url).get("scheduling"))
+        banner.wait_for(state="hidden", timeout=10_000)
+        page.close()
+    finally:
+        standby.terminate()
+        standby.wait(timeout=10)
 
 
 def test_snapshot_of_a_kubernetes_cluster_replays_in_the_simulator(k8s: K8sEnv, tmp_path: Any) -> None:

@@ -16,6 +16,7 @@ import yaml
 from kai_ray.k8s.client import ApiError, Kube
 from kai_ray.k8s.leader import LeaderElector, LeadershipLost, LeaseOptions, NotLeading
 from kai_ray.k8s.login import KubeConfig
+from kai_ray.k8s.progress import Progress
 
 OPTIONS = LeaseOptions(namespace="ns", lease_duration=15, renew_deadline=10, retry_period=2)
 
@@ -99,6 +100,30 @@ def test_takeover_only_after_a_lease_duration_unchanged_by_the_observers_clock()
     assert attempt(b)
     assert leases.obj is not None and leases.obj["spec"]["holderIdentity"] == "b"
     assert leases.obj["spec"]["leaseTransitions"] == 1
+
+
+def test_a_waiting_replica_says_whom_it_waits_for_and_until_when() -> None:
+    """What the operator's status and the dashboard show while a new identity (a restarted
+    operator) waits out the lease of the process it replaces (kai_ray.k8s.progress)."""
+    leases, clock = FakeLeases(), Clock()
+    leases.put({"holderIdentity": "killed_41", "leaseDurationSeconds": 15})
+    b, progress, touched = elector(leases, clock, "b"), Progress(), []
+    progress.on_change = lambda: touched.append(progress.detail)
+    assert not attempt(b)
+    progress.waiting(b.standing())
+    standing = b.standing()
+    assert standing["holder"] == "killed_41" and not standing["leading"] and standing["wait_s"] == 15
+    assert standing["until"] == pytest.approx(time.time() + 15, abs=2)
+    clock.now += 10
+    assert not attempt(b)
+    progress.waiting(b.standing())
+    status = progress.status(b.standing())
+    assert status["phase"] == "waiting-for-lease" and not status["scheduling"]
+    assert status["lease"]["wait_s"] == 5 and "held by killed_41" in status["detail"]
+    assert "(b) may take it over in 5s" in status["detail"] and len(touched) == 2
+    clock.now += 5.1
+    assert attempt(b)
+    assert b.standing() == {"lease": "ns/kai-ray", "identity": "b", "leading": True, "holder": "b"}
 
 
 def test_a_renewing_holder_is_never_taken_over() -> None:

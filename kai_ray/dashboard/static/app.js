@@ -296,6 +296,9 @@
     const names = s.over_share.slice(0, 3).join(", ") + (n > 3 ? `, and ${n - 3} more` : "");
     const over = n ? ` · over fair share: ${names}` : "";
     $("#summary").textContent = `${s.backend} · ${num(s.gpus_used)} of ${s.gpus} GPUs held · ${states || "no workloads"}${over}`;
+    const st = s.status, banner = $("#status");  // null: a scheduler that always schedules
+    banner.hidden = !st || st.scheduling;
+    if (st && !st.scheduling) banner.textContent = `Not scheduling: ${st.detail}`;
     return s.revision;
   }
 
