@@ -87,7 +87,10 @@ def make_room(
     protected: list[Unit] = []  # candidates that only their min runtime kept
 
     def allowed(u: Unit) -> bool:
-        # The standings are the scenario's to judge (search.valid), as in KAI.
+        # As KAI: candidates filtered by the standings as the search begins; the
+        # scenario's victims then judged by search.valid.
+        if not search.eligible(u):
+            return False
         if ctx.policy.min_runtime_protects(u, search.min_runtime(u), ctx.now):
             protected.append(u)
             return False
@@ -180,7 +183,7 @@ def _min_runtime_blocks(
     blocks the job: say so, and when the last victim it needs may be taken."""
     live_before = [u for u in victims if u.live()]
     start = ctx.stmt.checkpoint()
-    if _attempt(ctx, job, gang, victims, search, lambda u: True) is not _PLACED:
+    if _attempt(ctx, job, gang, victims, search, search.eligible) is not _PLACED:
         return None
     protects, now = ctx.policy.min_runtime_protects, ctx.now
     needed = [u for u in live_before if not u.live() and protects(u, search.min_runtime(u), now)]
@@ -320,7 +323,7 @@ def _reclaim_search(
         known = side_verdicts.get(theirs)
         if known is not None and known[0] == row:
             return known[1]
-        verdict = _may_take(ctx, mine, theirs, mine_before[mine] + amount)
+        verdict = _may_take(ctx, mine, theirs, mine_before[mine] + amount, amount)
         side_verdicts[theirs] = (list(row), verdict)
         return verdict
 
@@ -403,15 +406,16 @@ def _over_share_reason(ctx: CycleContext, job: Job, amount: np.ndarray) -> Reaso
     )
 
 
-def _may_take(ctx: CycleContext, mine: int, theirs: int, my_after: np.ndarray) -> bool:
+def _may_take(ctx: CycleContext, mine: int, theirs: int, my_after: np.ndarray, asked: np.ndarray) -> bool:
     shares = ctx.shares
-    return ctx.policy.reclaim_allows(
+    return ctx.policy.reclaim_may_take_from(
         ReclaimSides(
             my_after=my_after.tolist(),
             my_deserved=shares.deserved[mine].tolist(),
             their_allocated=list(ctx.state.usage.allocated[theirs]),
             their_deserved=shares.deserved[theirs].tolist(),
             their_allocatable=shares.allocatable[theirs].tolist(),
+            asked=asked.tolist(),
         )
     )
 

@@ -47,6 +47,7 @@ class ReclaimSides:
     their_allocated: Sequence[float]  # the victim's side, before this victim is taken
     their_deserved: Sequence[float]
     their_allocatable: Sequence[float]
+    asked: Sequence[float] = ()  # what the reclaimer's job asks (its resources: those > 0)
 
 
 @dataclass(frozen=True, slots=True, eq=False)

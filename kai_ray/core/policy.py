@@ -154,6 +154,21 @@ def queue_rank(state: ClusterState, rows: ShareRows, q: int, job_amount: Sequenc
     )
 
 
+def victim_queue_rank(state: ClusterState, rows: ShareRows, q: int, victim: Sequence[float]) -> QueueRank:
+    """A queue's rank in the order queues give victims (reversed: the largest gives first),
+    as KAI's victim queue ranks it: its queue order, with its dominant share taken as if
+    its next victim were gone already (KAI counts the victims a queue is to give as gone
+    when it compares shares, and nothing else of them)."""
+    base = queue_rank(state, rows, q, (0.0, 0.0, 0.0))
+    if not any(v > EPS for v in victim):
+        return base
+    a = state.usage.allocated[q]
+    b = rows.share_base[q]
+    left = [max(0.0, a[r] - victim[r]) for r in range(3)]
+    share = max(left[r] / b[r] if left[r] > EPS else 0.0 for r in range(3))
+    return (*base[:4], share, *base[5:])
+
+
 def victim_order_key(u: Unit) -> tuple[bool, int, float, int, int]:
     info = u.job.info
     return (not u.surplus, info.priority, -info.created_at, -u.job.order, -u.tasks[0].index)
@@ -171,6 +186,23 @@ def reclaim_allows(s: ReclaimSides) -> bool:
     mine_within = all(a <= d + EPS for a, d in zip(s.my_after, s.my_deserved, strict=True))
     theirs_over = any(a > d + EPS for a, d in zip(s.their_allocated, s.their_deserved, strict=True))
     return mine_within and theirs_over
+
+
+def reclaim_may_take_from(s: ReclaimSides) -> bool:
+    """KAI's filter on reclaim's candidates, by the two sides as the search begins: a
+    reclaimer that would go over its side's deserved quota takes only from a side over
+    its allocatable share (MaintainFairShare); one within it takes from a side over its
+    deserved quota in a resource the job asks for, or exactly at it in every such one."""
+    if any(a > d + EPS for a, d in zip(s.my_after, s.my_deserved, strict=True)):
+        return any(a > c + EPS for a, c in zip(s.their_allocated, s.their_allocatable, strict=True))
+    asks = [r for r, x in enumerate(s.asked) if x > EPS] if s.asked else [0, 1, 2]
+    under = False
+    for r in asks:
+        if s.their_allocated[r] > s.their_deserved[r] + EPS:
+            return True
+        if s.their_allocated[r] < s.their_deserved[r] - EPS:
+            under = True
+    return not under
 
 
 # ---------------------------------------------------------------- eligibility
@@ -307,12 +339,16 @@ class Policy:
     job_order: Callable[[Job], tuple[object, ...]] = job_order_key
     queue_rank: Callable[[ClusterState, ShareRows, int, Sequence[float]], QueueRank] = queue_rank
     victim_order: Callable[[Unit], tuple[object, ...]] = victim_order_key
+    victim_queue_rank: Callable[[ClusterState, ShareRows, int, Sequence[float]], QueueRank] = (
+        victim_queue_rank
+    )
     may_be_victim: Callable[[Job], bool] = may_be_victim
     may_preempt: Callable[[Job, Job], bool] = may_preempt
     may_reclaim_from: Callable[[Job, Job], bool] = may_reclaim_from
     min_runtime_protects: Callable[[Unit, float, float], bool] = min_runtime_protects
     may_reclaim: Callable[[ClusterState, FairShares, Job, FloatArray], bool] = may_reclaim
     reclaim_allows: Callable[[ReclaimSides], bool] = reclaim_allows
+    reclaim_may_take_from: Callable[[ReclaimSides], bool] = reclaim_may_take_from
     reclaim_keeps_bounds: Callable[
         [ClusterState, FairShares, Job, FloatArray, Mapping[int, FloatArray]], bool
     ] = reclaim_keeps_bounds

@@ -63,11 +63,29 @@ class GivingOrder:
         return tuple((q, i > 0 and key == ranked[i - 1][0]) for i, (key, q) in enumerate(ranked))
 
     def first(self, units: Sequence[tuple[int, Unit]]) -> tuple[int, Unit]:
-        """Of (victim-order index, unit) pairs, the one taken first now."""
+        """Of (victim-order index, unit) pairs, the one taken first now: where two units'
+        queues part in the tree, the queue that gives first, each ranked with its unit
+        counted as gone (policy.victim_queue_rank); in one queue, victim order."""
         best = units[0]
-        best_key = self.key(best[1].job.queue)
         for item in units[1:]:
-            key = self.key(item[1].job.queue)
-            if best_key < key or (not key < best_key and item[0] < best[0]):
-                best, best_key = item, key
+            if self._before(item, best):
+                best = item
         return best
+
+    def _before(self, a: tuple[int, Unit], b: tuple[int, Unit]) -> bool:
+        ctx = self.ctx
+        ancestors = ctx.state.tree.ancestors
+        pa, pb = ancestors[a[1].job.queue][::-1], ancestors[b[1].job.queue][::-1]
+        for qa, qb in zip(pa, pb, strict=False):
+            if qa != qb:
+                ra, rb = self._victim_rank(qa, a[1]), self._victim_rank(qb, b[1])
+                if ra != rb:
+                    return bool(rb < ra)  # the larger gives first
+                break
+        return a[0] < b[0]
+
+    def _victim_rank(self, q: int, unit: Unit) -> Any:
+        rows = self.ctx.rows
+        assert rows is not None
+        amount = self.ctx.amount(list(unit.tasks)).tolist()
+        return self.ctx.policy.victim_queue_rank(self.ctx.state, rows, q, amount)

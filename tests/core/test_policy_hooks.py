@@ -60,6 +60,16 @@ def _reclaimable() -> ClusterBuilder:
     )
 
 
+def _two_giving() -> ClusterBuilder:
+    """Queues a and c hold two GPUs each against a share of one; b waits for one."""
+    builder = ClusterBuilder().node("n0", gpus=4).queue("root", gpu_quota=4)
+    for q in ("a", "b", "c"):
+        builder.queue(q, "root", gpu_quota=1)
+    for job, q in (("a1", "a"), ("a2", "a"), ("c1", "c"), ("c2", "c")):
+        builder.job(job, q).running("n0")
+    return builder.job("b1", "b").pending()
+
+
 RECLAIMED = {"a2": {"evict@n0"}, "b1": {"pipeline@n0"}}
 PREEMPTED = {"victim": {"evict@n0"}, "urgent": {"pipeline@n0"}}
 
@@ -114,6 +124,23 @@ CASES = [
         {},
     ),
     Case("whether a queue may reclaim", {"may_reclaim": _never}, _reclaimable(), ("reclaim",), RECLAIMED, {}),
+    Case(
+        "which candidates reclaim looks at",
+        {"reclaim_may_take_from": _never},
+        _reclaimable(),
+        ("reclaim",),
+        RECLAIMED,
+        {},
+    ),
+    Case(
+        "the order queues give victims in",
+        # a and c are alike over their shares; by default c (ranked last) gives first.
+        {"victim_queue_rank": lambda state, rows, q, victim: (-q,)},
+        _two_giving(),
+        ("reclaim",),
+        {"c2": {"evict@n0"}, "b1": {"pipeline@n0"}},
+        {"a2": {"evict@n0"}, "b1": {"pipeline@n0"}},
+    ),
     Case(
         "which victim reclaim may take",
         {"reclaim_allows": _never},
