@@ -4,9 +4,7 @@ job is placed again (Releasing where it was, Pipelined where it goes)."""
 
 from __future__ import annotations
 
-import numpy as np
-
-from kai_ray.core.capacity import capacity_problem
+from kai_ray.core.capacity import quota_problem
 from kai_ray.core.cluster import EPS, Job, Task
 from kai_ray.core.context import CycleContext
 from kai_ray.core.failedsearches import FailedSearches, FailureKey, Grounds, search_key
@@ -73,8 +71,8 @@ def _step(ctx: CycleContext, job: Job, failed: FailedSearches, held: HeldBack, r
         ctx.stmt.set_reason(job.name, waits)  # a look-alike would move others: this one too
     elif not room.enough(job, gang):
         failed.add(key, None, Grounds.ROOM)  # room alone decided it: the same for look-alikes
-    elif capacity_problem(ctx.state, ctx.shares, job, ctx.amount(gang)) is not None:
-        failed.add(key, None, Grounds.SHARE)  # its queue may not grow by the gang
+    elif quota_problem(ctx.state, ctx.shares, job, ctx.amount(gang)) is not None:
+        failed.add(key, None, Grounds.SHARE)  # non-preemptible work over quota: no victim helps
     else:
         start = ctx.stmt.checkpoint()
         if not _consolidate_for(ctx, job, gang):
@@ -89,13 +87,14 @@ def _step(ctx: CycleContext, job: Job, failed: FailedSearches, held: HeldBack, r
 
 
 def _room_in_total(ctx: CycleContext, job: Job, gang: list[Task]) -> bool:
-    """The gang fits the free room of its nodes taken together."""
+    """The gang's GPUs fit the free and releasing GPUs of its nodes taken together (KAI's
+    check before it consolidates: GPUs alone; a CPU job always passes)."""
     nodes = ctx.state.nodes
     mask = ctx.placer.base_mask(job)
-    need = sum((t.demand for t in gang), start=np.zeros(nodes.idle.shape[1]))
-    need[0] += sum(t.fraction_on(nodes, 0) for t in gang if t.fraction_request) if len(nodes) else 0
-    free = nodes.idle[mask].sum(axis=0)
-    return bool((free + EPS >= need).all())
+    need = float(sum(t.demand[0] for t in gang))
+    need += sum(t.fraction_on(nodes, 0) for t in gang if t.fraction_request) if len(nodes) else 0.0
+    free = float(nodes.idle[mask, 0].sum() + nodes.releasing[mask, 0].sum())
+    return free + EPS >= need
 
 
 def _consolidate_for(ctx: CycleContext, job: Job, gang: list[Task]) -> bool:

@@ -169,9 +169,9 @@ def victim_queue_rank(state: ClusterState, rows: ShareRows, q: int, victim: Sequ
     return (*base[:4], share, *base[5:])
 
 
-def victim_order_key(u: Unit) -> tuple[bool, int, float, int, int]:
+def victim_order_key(u: Unit) -> tuple[int, bool, float, int, int]:
     info = u.job.info
-    return (not u.surplus, info.priority, -info.created_at, -u.job.order, -u.tasks[0].index)
+    return (info.priority, not u.surplus, -info.created_at, -u.job.order, -u.tasks[0].index)
 
 
 def reclaim_allows(s: ReclaimSides) -> bool:

@@ -8,8 +8,8 @@ by an earlier count of the job's tasks (solver.py) are not offered again. From t
 accumulated units each generator proposes scenarios, each a set of units to take
 beside the recorded ones:
 
-- node-local (KAI's `nodelocalgreedy`): with each new unit, for each node it runs on
-  (by name), the accumulated units of every job that has one there. The cheapest fix
+- node-local (KAI's `nodelocalgreedy`): with each new unit, for each node its job runs
+  on (by name), the accumulated units of every job that has one there. The cheapest fix
   first: room on one node.
 - multi-node (KAI's `multinodegang`): with each new unit, the nodes the accumulated
   units run on, ordered by the GPUs each would offer (its free and releasing GPUs, what
@@ -28,9 +28,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kai_ray.core.cluster import Task
+from kai_ray.core.cluster import EPS, Task
 from kai_ray.core.context import CycleContext
-from kai_ray.core.victims import Unit, evict_unit
+from kai_ray.core.model import TaskStatus
+from kai_ray.core.victims import Unit
 
 if TYPE_CHECKING:
     from kai_ray.core.solver import Terms
@@ -49,35 +50,51 @@ def gpus_of(ctx: CycleContext, t: Task) -> float:
 
 class VictimOrder:
     """The candidates in the order the search accumulates them, skipping the recorded:
-    in victim order, or between queues from the queue that gives first as the queues
-    would stand with the units taken so far gone (ranked with them evicted, then put
-    back: the state is unchanged between calls)."""
+    in victim order, or between queues from the queue that gives first (GivingOrder), as
+    KAI's victim queue ranks it: each queue with what it has given so far counted gone,
+    and, as KAI counts it, a job given in pieces counts what was left of it each time."""
 
     def __init__(self, ctx: CycleContext, terms: Terms, recorded: Sequence[Unit]) -> None:
         self.ctx, self.terms = ctx, terms
-        taken = {id(u) for u in recorded}
-        self.left = [u for u in terms.units if id(u) not in taken]
-        self.popped: list[Unit] = list(recorded)  # gone, as the queues are ranked
+        # The recorded stay in line: as KAI's fresh victim queue, the search passes over
+        # each when its turn comes, counting it as given then.
+        self.recorded = {id(u) for u in recorded}
+        self.left = list(terms.units)
         self.accumulated: list[Unit] = []
+        self._given: set[int] = set()  # ids of the tasks given so far
+        self.gone: dict[int, np.ndarray] = {}  # per leaf queue, what it has given (as KAI counts)
 
     def grow(self) -> Unit | None:
         """Accumulate the next unit (None when no candidate is left)."""
         terms = self.terms
-        if terms.giving is None:
-            found = next(((i, u) for i, u in enumerate(self.left) if u.live() and terms.allowed(u)), None)
-        else:
-            found = self._giving_first()
-        if found is None:
-            return None
-        i, unit = found
-        del self.left[i]
-        self.popped.append(unit)
-        self.accumulated.append(unit)
-        return unit
+        while True:
+            if terms.giving is None:
+                live = ((i, u) for i, u in enumerate(self.left) if u.live() and terms.allowed(u))
+                found = next(live, None)
+            else:
+                found = self._giving_first()
+            if found is None:
+                return None
+            i, unit = found
+            del self.left[i]
+            self._give(unit)
+            if id(unit) not in self.recorded:
+                self.accumulated.append(unit)
+                return unit
+
+    def remainder(self, u: Unit) -> np.ndarray:
+        """What KAI counts a unit's job as giving when it pops it: the job's running tasks
+        not given yet (the whole job at its first unit)."""
+        left = [t for t in u.job.tasks if t.status is TaskStatus.RUNNING and id(t) not in self._given]
+        return self.ctx.amount(left) if left else np.zeros(3)
+
+    def _give(self, u: Unit) -> None:
+        q = u.job.queue
+        self.gone[q] = self.gone.get(q, np.zeros(3)) + self.remainder(u)
+        self._given.update(id(t) for t in u.tasks)
 
     def _giving_first(self) -> tuple[int, Unit] | None:
-        """The first allowed candidate of each queue, then the one whose queue gives first
-        with the units taken so far gone."""
+        """The first allowed candidate of each queue, then the one whose queue gives first."""
         firsts: dict[int, tuple[int, Unit]] = {}
         for i, u in enumerate(self.left):
             q = u.job.queue
@@ -85,15 +102,54 @@ class VictimOrder:
                 firsts[q] = (i, u)
         if len(firsts) <= 1:
             return next(iter(firsts.values()), None)
-        stmt, giving = self.ctx.stmt, self.terms.giving
+        giving = self.terms.giving
         assert giving is not None
-        mark = stmt.checkpoint()
-        for u in self.popped:
-            if u.live():
-                evict_unit(self.ctx, u, self.terms.action, "")
-        first = giving.first(sorted(firsts.values(), key=lambda iu: iu[0]))
-        stmt.rollback(mark)
-        return first
+        return giving.first(sorted(firsts.values(), key=lambda iu: iu[0]), self._victims)
+
+    def _victims(self, u: Unit) -> list[float]:
+        """What the unit's queue counts as gone when it is ranked with the unit next."""
+        gone = self.gone.get(u.job.queue, np.zeros(3)) + self.remainder(u)
+        return [float(x) for x in gone]
+
+
+class IdleGpus:
+    """KAI's first check of an accumulated scenario (its AccumulatedIdleGpus filter):
+    each node's idle and releasing GPUs, plus the GPUs of the victims on it, and the
+    tasks' GPUs, largest first, fitted greedily into the nodes with the most, as many
+    nodes as there are tasks. A scenario it turns away is not simulated, and the search
+    goes on to the next candidate (so it decides which scenarios come first)."""
+
+    def __init__(self, ctx: CycleContext, tasks: Sequence[Task]) -> None:
+        nodes = ctx.state.nodes
+        self.ctx = ctx
+        free = nodes.idle[:, 0] + nodes.releasing[:, 0] if len(nodes) else np.zeros(0)
+        self.free = np.array(free, dtype=np.float64)
+        self.asks = sorted((gpus_of(ctx, t) for t in tasks), reverse=True)
+        self.counted: set[int] = set()
+
+    def add(self, units: Sequence[Unit]) -> None:
+        for u in units:
+            for t in u.tasks:
+                if id(t) not in self.counted and t.node >= 0:
+                    self.counted.add(id(t))
+                    self.free[t.node] += gpus_of(self.ctx, t)
+
+    def valid(self) -> bool:
+        n = len(self.asks)
+        top = np.sort(self.free)[::-1][:n]
+        taken = np.zeros(len(top))
+        for ask in self.asks:
+            if ask <= EPS:
+                return True
+            for i, cap in enumerate(top):
+                if cap < ask - EPS:
+                    return False  # the rest hold less
+                if cap - taken[i] >= ask - EPS:
+                    taken[i] += ask
+                    break
+            else:
+                return False
+        return True
 
 
 def _nodes(u: Unit) -> tuple[int, ...]:
@@ -104,12 +160,19 @@ def node_local(
     ctx: CycleContext, terms: Terms, recorded: Sequence[Unit], tasks: Sequence[Task]
 ) -> Iterator[list[Unit]]:
     order = VictimOrder(ctx, terms, recorded)
-    if recorded:
+    idle = IdleGpus(ctx, tasks)
+    idle.add(recorded)
+    if recorded and idle.valid():
         yield []  # the recorded victims alone
     names = ctx.state.nodes.names
     while (unit := order.grow()) is not None:
+        idle.add([unit])
+        if not idle.valid():
+            continue
         seen: set[frozenset[int]] = set()
-        for node in sorted(_nodes(unit), key=lambda n: names[n]):
+        # The nodes of the newest unit's job, all its tasks (KAI: its latest victim job).
+        nodes = {t.node for t in unit.job.tasks if t.node >= 0}
+        for node in sorted(nodes, key=lambda n: names[n]):
             jobs = {id(u.job) for u in order.accumulated if node in _nodes(u)}
             here = [u for u in order.accumulated if id(u.job) in jobs]
             key = frozenset(id(u) for u in here)
@@ -122,9 +185,14 @@ def multi_node(
     ctx: CycleContext, terms: Terms, recorded: Sequence[Unit], tasks: Sequence[Task]
 ) -> Iterator[list[Unit]]:
     order = VictimOrder(ctx, terms, recorded)
-    yield []  # the recorded victims alone (none: nothing to simulate)
-    while order.grow() is not None:
-        yield from _node_subsets(ctx, order.accumulated, recorded, tasks)
+    idle = IdleGpus(ctx, tasks)
+    idle.add(recorded)
+    if idle.valid():
+        yield []  # the recorded victims alone (none: nothing to simulate)
+    while (unit := order.grow()) is not None:
+        idle.add([unit])
+        if idle.valid():
+            yield from _node_subsets(ctx, order.accumulated, recorded, tasks)
 
 
 def _node_subsets(

@@ -27,7 +27,7 @@ the same tasks and victims, and a search that finds none leaves no trace.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from kai_ray.core.capacity import capacity_problem
@@ -52,6 +52,9 @@ Generator = Callable[[CycleContext, "Terms", Sequence[Unit], Sequence[Task]], "I
 class Scenario:
     stopped: list[Unit]  # evicted and not placed again
     moved: list[Unit]  # evicted and placed again elsewhere
+    # The victim units as the search took them, each that had a task stopped or moved
+    # (KAI records a victim's whole group, a task of it that came back included).
+    taken: list[Unit] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +97,7 @@ def solve(ctx: CycleContext, job: Job, tasks: list[Task], terms: Terms) -> Scena
             stmt.rollback(start)
             if found is None:
                 return False
-            recorded = [*found.stopped, *found.moved]
+            recorded = found.taken
             return True
 
         if _most_solvable(len(tasks), probe) == 0:
@@ -217,6 +220,7 @@ def _scenario(victims: list[Unit], kept: set[int]) -> Scenario:
     again elsewhere); what came back where it ran is neither."""
     stopped: list[Unit] = []
     moved: list[Unit] = []
+    taken: list[Unit] = []
     for u in victims:
         gone = [t for t in u.tasks if id(t) not in kept and t.status is TaskStatus.RELEASING]
         went = [t for t in u.tasks if id(t) not in kept and t.status is TaskStatus.PIPELINED]
@@ -224,7 +228,9 @@ def _scenario(victims: list[Unit], kept: set[int]) -> Scenario:
             stopped.append(u if len(gone) == len(u.tasks) else Unit(u.job, tuple(gone), u.surplus))
         if went:
             moved.append(u if len(went) == len(u.tasks) else Unit(u.job, tuple(went), u.surplus))
-    return Scenario(stopped, moved)
+        if gone or went:
+            taken.append(u)
+    return Scenario(stopped, moved, taken)
 
 
 def _allocate_over(

@@ -17,6 +17,8 @@ from kai_ray.core.victimpool import victim_units
 __all__ = ["Allowed", "EvictReason", "GivingOrder", "Unit", "evict_unit", "victim_units"]
 
 Allowed = Callable[[Unit], bool]
+Gone = Callable[[Unit], Sequence[float]]  # what a unit's queue counts as given, with the unit next
+_Path = tuple[tuple[int, ...], tuple[int, Unit]]  # a candidate's queues from the top, and it
 EvictReason = Callable[[Unit], str]
 
 
@@ -62,30 +64,38 @@ class GivingOrder:
         ranked = sorted(((self.key(q), q) for q in dict.fromkeys(queues)), key=lambda kq: kq[0], reverse=True)
         return tuple((q, i > 0 and key == ranked[i - 1][0]) for i, (key, q) in enumerate(ranked))
 
-    def first(self, units: Sequence[tuple[int, Unit]]) -> tuple[int, Unit]:
-        """Of (victim-order index, unit) pairs, the one taken first now: where two units'
-        queues part in the tree, the queue that gives first, each ranked with its unit
-        counted as gone (policy.victim_queue_rank); in one queue, victim order."""
-        best = units[0]
-        for item in units[1:]:
-            if self._before(item, best):
-                best = item
-        return best
-
-    def _before(self, a: tuple[int, Unit], b: tuple[int, Unit]) -> bool:
+    def first(
+        self, units: Sequence[tuple[int, Unit]], victims: Callable[[Unit], Sequence[float]] | None = None
+    ) -> tuple[int, Unit]:
+        """Of (victim-order index, unit) pairs, at most one per leaf queue, the one taken
+        first now, as KAI's victim queue picks: level by level from the top, the child
+        that gives first, each child ranked by its own best candidate's leaf, with what
+        that leaf counts as gone (`victims`: by default the unit itself); in a queue,
+        victim order."""
         ctx = self.ctx
         ancestors = ctx.state.tree.ancestors
-        pa, pb = ancestors[a[1].job.queue][::-1], ancestors[b[1].job.queue][::-1]
-        for qa, qb in zip(pa, pb, strict=False):
-            if qa != qb:
-                ra, rb = self._victim_rank(qa, a[1]), self._victim_rank(qb, b[1])
-                if ra != rb:
-                    return bool(rb < ra)  # the larger gives first
-                break
-        return a[0] < b[0]
+        gone = victims or (lambda u: ctx.amount(list(u.tasks)).tolist())
+        paths = [(ancestors[u.job.queue][::-1], (i, u)) for i, u in units]
+        return self._best(paths, 0, gone)[1]
 
-    def _victim_rank(self, q: int, unit: Unit) -> Any:
+    def _best(self, group: list[_Path], level: int, gone: Gone) -> _Path:
+        """The candidate that gives first among `group`, whose paths agree above `level`:
+        each child subtree ranked by its own best candidate (KAI's queue node compares
+        its children by their best jobs)."""
+        while len(group) > 1:
+            by_child: dict[int, list[_Path]] = {}
+            for path, item in group:
+                by_child.setdefault(path[level] if level < len(path) else -1, []).append((path, item))
+            if len(by_child) > 1:
+                best = {child: self._best(g, level + 1, gone) for child, g in by_child.items()}
+                winner = max(
+                    by_child, key=lambda c: (self._rank_with(c, best[c][1][1], gone), -best[c][1][0])
+                )
+                group = by_child[winner]
+            level += 1
+        return group[0]
+
+    def _rank_with(self, q: int, unit: Unit, gone: Gone) -> Any:
         rows = self.ctx.rows
         assert rows is not None
-        amount = self.ctx.amount(list(unit.tasks)).tolist()
-        return self.ctx.policy.victim_queue_rank(self.ctx.state, rows, q, amount)
+        return self.ctx.policy.victim_queue_rank(self.ctx.state, rows, q, gone(unit))

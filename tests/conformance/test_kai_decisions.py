@@ -57,8 +57,7 @@ DIFFERENCES: dict[str, str] = {
     "contended-s2-33": EVICTS_JUST_BOUND,
     "contended-s2-41": OTHER_SCENARIO,
     "contended-s2-61": KAI_VARIES,
-    "contended-s2-63": OTHER_SCENARIO,
-    "contended-s2-85": OTHER_SCENARIO,
+    "contended-s2-85": EVICTS_JUST_BOUND,
     "fuzz-s2-56": EVICTS_JUST_BOUND,
     "fuzz-s2-92": EVICTS_JUST_BOUND,
 }
