@@ -156,18 +156,30 @@ def _nodes(u: Unit) -> tuple[int, ...]:
     return tuple(dict.fromkeys(t.node for t in u.tasks))
 
 
-def node_local(
+def _accumulations(
     ctx: CycleContext, terms: Terms, recorded: Sequence[Unit], tasks: Sequence[Task]
-) -> Iterator[list[Unit]]:
+) -> Iterator[tuple[VictimOrder, Unit | None]]:
+    """The accumulations that pass KAI's first check (IdleGpus): the recorded victims
+    alone (None), then the accumulated units after each new one."""
     order = VictimOrder(ctx, terms, recorded)
     idle = IdleGpus(ctx, tasks)
     idle.add(recorded)
-    if recorded and idle.valid():
-        yield []  # the recorded victims alone
-    names = ctx.state.nodes.names
+    if idle.valid():
+        yield order, None
     while (unit := order.grow()) is not None:
         idle.add([unit])
-        if not idle.valid():
+        if idle.valid():
+            yield order, unit
+
+
+def node_local(
+    ctx: CycleContext, terms: Terms, recorded: Sequence[Unit], tasks: Sequence[Task]
+) -> Iterator[list[Unit]]:
+    names = ctx.state.nodes.names
+    for order, unit in _accumulations(ctx, terms, recorded, tasks):
+        if unit is None:
+            if recorded:
+                yield []  # the recorded victims alone
             continue
         seen: set[frozenset[int]] = set()
         # The nodes of the newest unit's job, all its tasks (KAI: its latest victim job).
@@ -184,14 +196,10 @@ def node_local(
 def multi_node(
     ctx: CycleContext, terms: Terms, recorded: Sequence[Unit], tasks: Sequence[Task]
 ) -> Iterator[list[Unit]]:
-    order = VictimOrder(ctx, terms, recorded)
-    idle = IdleGpus(ctx, tasks)
-    idle.add(recorded)
-    if idle.valid():
-        yield []  # the recorded victims alone (none: nothing to simulate)
-    while (unit := order.grow()) is not None:
-        idle.add([unit])
-        if idle.valid():
+    for order, unit in _accumulations(ctx, terms, recorded, tasks):
+        if unit is None:
+            yield []  # the recorded victims alone (none: nothing to simulate)
+        else:
             yield from _node_subsets(ctx, order.accumulated, recorded, tasks)
 
 
