@@ -12,7 +12,11 @@ Orderings:
   starved (would stay within deserved with the job) first; higher queue priority; queues
   that would use a resource they have no allocatable share of last; smaller dominant-
   resource share with the job, then without it; smaller allocatable share; older queue;
-- victim order: elastic surplus first (last task first), lowest priority, youngest.
+- victim order: lowest priority first, then elastic surplus (last task first), then
+  youngest (KAI's victim queue: its job order reversed, an elastic job giving a task at
+  a time);
+- the order queues give victims in (victim_queue_rank): queue order reversed, each
+  queue's dominant share taken with its next victims gone, as KAI's victim queue.
 
 Eligibility:
 - who may be a victim at all (preemptible jobs);

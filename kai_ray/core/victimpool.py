@@ -14,7 +14,8 @@ few hundred running gangs. What does not change between them is built once:
 `VictimPool.may_fit` is an upper bound that lets a hopeless search end before it
 evicts anything: the gang fits nowhere even if every unit the search could ever take
 were gone. Exact in what it decides: a search that passes the bound runs as before,
-and one that fails it would have failed (victims.free_room_for says why).
+and one that fails it would have failed: a scenario of the solver (solver.py) takes
+only some of the candidates and may place some again, never making more room.
 """
 
 from __future__ import annotations
