@@ -15,8 +15,6 @@ __all__ = [
     "capped",
     "describe_amount",
     "format_resource",
-    "limit_excess",
-    "over_limit",
     "quota_problem",
 ]
 
@@ -59,34 +57,6 @@ def quota_problem(state: ClusterState, shares: FairShares, job: Job, amount: Flo
         if problem is not None:
             return problem
     return None
-
-
-def limit_excess(state: ClusterState, job: Job, amount: FloatArray) -> dict[int, list[float]]:
-    """Per queue on the job's path that adding `amount` would take over its limit, how much
-    over, per resource (0 where within). Only resources the job asks for count."""
-    tree, allocated = state.tree, state.usage.allocated
-    out: dict[int, list[float]] = {}
-    for q in tree.ancestors[job.queue]:
-        excess = [0.0, 0.0, 0.0]
-        for r in range(3):
-            limit = tree.limit[q, r]
-            if limit >= 0 and amount[r] > EPS:
-                excess[r] = max(0.0, allocated[q][r] + amount[r] - limit)
-        if any(e > EPS for e in excess):
-            out[q] = excess
-    return out
-
-
-def over_limit(state: ClusterState, job: Job, asks: FloatArray) -> list[int]:
-    """The queues on the job's path that hold more than their limit in a resource the job
-    asks for (`asks`), as the state stands (the job's own tasks counted where placed)."""
-    tree, allocated = state.tree, state.usage.allocated
-    over: list[int] = []
-    for q in tree.ancestors[job.queue]:
-        row = allocated[q]
-        if any(tree.limit[q, r] >= 0 and asks[r] > EPS and row[r] > tree.limit[q, r] + EPS for r in range(3)):
-            over.append(q)
-    return over
 
 
 def _limit_reason(state: ClusterState, q: int, amount: FloatArray) -> Reason | None:

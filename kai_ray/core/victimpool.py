@@ -82,7 +82,6 @@ class Candidates:
         self.width = width
         self._pieces = pieces
         self._arrays: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
-        self._by_node: dict[int, list[int]] = {}  # made per node when first asked for
         self._live: tuple[int, np.ndarray] | None = None
         self.index = {id(u): i for i, u in enumerate(units)}
         # Every unit's tasks in one list, and where each unit's tasks begin (it has one
@@ -145,16 +144,6 @@ class Candidates:
             live.setflags(write=False)
             self._live = (mark, live)
         return self._live[1]
-
-    def on_node(self, node: int) -> list[int]:
-        """The units with a task on the node, in victim order. A search asks of a few
-        nodes only: each is found when first asked for (shared by the cycles that share
-        the arrays, which it is read from alone)."""
-        units = self._by_node.get(node)
-        if units is None:
-            task_node, task_unit = self.arrays()[:2]
-            units = self._by_node[node] = np.unique(task_unit[task_node == node]).tolist()
-        return units
 
     def places(self, members: Sequence[Unit]) -> np.ndarray:
         """Where each of `members` (some of the units) is among them. Read-only."""

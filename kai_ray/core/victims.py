@@ -52,11 +52,6 @@ class GivingOrder:
         """Queue order along the path from the top: a larger key gives first."""
         return tuple(self._rank(a) for a in reversed(self.ctx.state.tree.ancestors[q]))
 
-    def positions(self, queues: Sequence[int]) -> dict[int, int]:
-        """Each queue's place in the giving order now (0 gives first)."""
-        ranked = sorted(dict.fromkeys(queues), key=self.key, reverse=True)
-        return {q: i for i, q in enumerate(ranked)}
-
     def signature(self, queues: Sequence[int]) -> tuple[tuple[int, bool], ...]:
         """The giving order of these queues as it stands: each in turn, and whether it
         ties with the one before (a search that compares the same way takes the same

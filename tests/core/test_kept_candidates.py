@@ -27,16 +27,9 @@ def described(ctx: CycleContext) -> list[tuple[str, tuple[int, ...], bool]]:
 
 
 def arrays(ctx: CycleContext) -> list[object]:
-    """The candidates' arrays, and the units on each node."""
+    """The candidates' arrays."""
     ctx.victims = None
-    candidates = shared_candidates(ctx)
-    on_node = [candidates.on_node(n) for n in range(len(ctx.state.nodes))]
-    # Each unit once on each node it runs on, in victim order.
-    units = candidates.units
-    assert on_node == [
-        [i for i, u in enumerate(units) if any(t.node == n for t in u.tasks)] for n in range(len(on_node))
-    ]
-    return [a.tolist() for a in candidates.arrays()] + [on_node]
+    return [a.tolist() for a in shared_candidates(ctx).arrays()]
 
 
 def kept_and_fresh(world: World, cache: CycleCache) -> tuple[CycleResult, CycleResult]:
