@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from kai_ray.core import Bind, CycleResult, Evict, JobInfo, Pipeline, Reason, TaskInfo, TaskStatus
+from kai_ray.core import Bind, CycleResult, Evict, JobInfo, Pipeline, Reason, TakeBack, TaskInfo, TaskStatus
 
 __all__ = ["JobPlan", "Plan", "PlanError", "plan_cycle"]
 
@@ -48,6 +48,10 @@ class Plan:
     jobs: dict[str, JobPlan]  # jobs with decisions
     waiting: dict[str, Reason]  # every job left with pending tasks, and why
     positions: dict[str, tuple[int, int]]  # waiting job -> (1-based place, queue length)
+    # Placed this cycle and taken back as victims before they started: nothing to carry
+    # out (they stay pending, and no JobPlan says anything of them), only to tell (a
+    # scenario reports them Releasing, as KAI does).
+    taken_back: list[TakeBack] = field(default_factory=list)
 
 
 def plan_cycle(result: CycleResult, jobs: Iterable[JobInfo], nodes: Iterable[str] | None = None) -> Plan:
@@ -56,10 +60,14 @@ def plan_cycle(result: CycleResult, jobs: Iterable[JobInfo], nodes: Iterable[str
     known_nodes = None if nodes is None else set(nodes)
     placed: dict[tuple[str, str], Placed] = {}
     evicted: dict[tuple[str, str], Evict] = {}
+    taken_back: list[TakeBack] = []
     for d in result.decisions:
         key = (d.job, d.task)
         if tasks.get(key) is None:
             raise PlanError(f"{type(d).__name__} names an unknown task {d.task!r} of job {d.job!r}")
+        if isinstance(d, TakeBack):
+            taken_back.append(d)
+            continue
         seen = evicted if isinstance(d, Evict) else placed
         if key in seen:
             raise PlanError(f"task {d.task!r} of job {d.job!r} is {_verb(d)} twice in one cycle")
@@ -82,7 +90,18 @@ def plan_cycle(result: CycleResult, jobs: Iterable[JobInfo], nodes: Iterable[str
         _check_pending(tasks[key], p)
         plan = plans.setdefault(key[0], JobPlan())
         (plan.binds if isinstance(p, Bind) else plan.pipelined).append(p)  # type: ignore[arg-type]
-    return Plan(jobs=plans, waiting=dict(result.waiting), positions=_positions(result.queue_order))
+    for t in taken_back:
+        key = (t.job, t.task)
+        if key in placed or key in evicted or tasks[key].status is not TaskStatus.PENDING:
+            raise PlanError(
+                f"TakeBack of task {t.task!r} of job {t.job!r}, which was not pending or is decided twice"
+            )
+    return Plan(
+        jobs=plans,
+        waiting=dict(result.waiting),
+        positions=_positions(result.queue_order),
+        taken_back=taken_back,
+    )
 
 
 class _Tasks:
@@ -126,5 +145,5 @@ def _check_pending(task: TaskInfo, p: Placed) -> None:
         )
 
 
-def _verb(d: Bind | Pipeline | Evict) -> str:
+def _verb(d: Bind | Pipeline | Evict | TakeBack) -> str:
     return "evicted" if isinstance(d, Evict) else "placed"

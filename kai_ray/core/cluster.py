@@ -174,11 +174,25 @@ class Task:
     evicted_from: tuple[int, int] | None = None
     evict_reason: tuple[str, str] | None = None  # (action, reason)
     placed_by: str = ""  # the action that placed it this cycle
+    # Placed this cycle, then taken as a victim (Statement.evict): it never started, so
+    # no eviction is carried out (a TakeBack decision), and placed again it is only placed.
+    taken_back: bool = False
     amount: FloatArray | None = None  # queue amount, when it does not depend on the node
 
     @property
     def request(self) -> Request:
         return self.info.request
+
+    @property
+    def takeable(self) -> bool:
+        """May be taken as a victim: running, or placed this cycle (KAI's victims are its
+        active allocated tasks: a session's new placements, and the running tasks it
+        moved, included)."""
+        status = self.status
+        if status is TaskStatus.RUNNING:
+            return self.node >= 0
+        placed = status is TaskStatus.BINDING or status is TaskStatus.PIPELINED
+        return placed and bool(self.placed_by)
 
     def fraction_on(self, nodes: Nodes, node: int) -> float:
         """Its share of one device on that node (gpushare.py)."""

@@ -26,6 +26,7 @@ from kai_ray.core.model import (
     QueueStatus,
     Reason,
     SchedulerConfig,
+    TakeBack,
     TaskStatus,
 )
 from kai_ray.core.placement import Placer
@@ -187,7 +188,10 @@ def _decisions(state: ClusterState, touched: set[Job]) -> list[Decision]:
         for t in job.tasks:
             if t.evicted_from is not None and t.evict_reason is not None:
                 node = names[t.evicted_from[0]]
-                out.append(Evict(job.name, t.info.name, node, *t.evict_reason))
+                if not t.taken_back:
+                    out.append(Evict(job.name, t.info.name, node, *t.evict_reason))
+                elif t.status is TaskStatus.RELEASING:  # placed again: only placed
+                    out.append(TakeBack(job.name, t.info.name, node, *t.evict_reason))
             device = t.device if t.device >= 0 else None
             if t.status is TaskStatus.BINDING:
                 out.append(Bind(job.name, t.info.name, names[t.node], device))
@@ -202,9 +206,23 @@ def _waiting(ctx: CycleContext) -> dict[str, Reason]:
     untried = Reason("not-tried", "not tried this cycle" if ctx.config.actions else "no actions configured")
     jobs = ctx.state.maybe_pending()
     reasons = {job.info.name: said(job.info.name, untried) for job in jobs if job.pending_count}
+    for job in ctx.stmt.touched_jobs:  # only a job the cycle placed can have been taken back
+        taken = _taken_back(job)
+        if taken is not None:
+            reasons[job.info.name] = taken
     for name, text in ctx.state.invalid.items():
         reasons[name] = Reason("invalid", text)
     return reasons
+
+
+def _taken_back(job: Job) -> Reason | None:
+    """Why a job waits whose tasks were placed this cycle and then taken as victims
+    (Statement.evict): they start no sooner than the next cycle."""
+    for t in job.tasks:
+        if t.taken_back and t.status is TaskStatus.RELEASING and t.evict_reason is not None:
+            action, why = t.evict_reason
+            return Reason("taken-back", f"placed this cycle, then taken back by {action} ({why})")
+    return None
 
 
 def _queue_order(ctx: CycleContext) -> dict[str, tuple[str, ...]]:

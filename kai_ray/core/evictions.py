@@ -165,6 +165,7 @@ def _attempt(
         evict_reason=search.evict_reason,
         valid=search.valid,
         giving=search.giving,
+        queue_allowed=search.eligible_queue,
     )
     if solve(ctx, job, gang, terms) is None:
         return _NO_ROOM

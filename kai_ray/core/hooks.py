@@ -13,6 +13,8 @@ from kai_ray.core.model import TaskStatus
 
 __all__ = ["ReclaimSides", "ShareRows", "Unit"]
 
+_RUNNING, _BINDING, _PIPELINED = TaskStatus.RUNNING, TaskStatus.BINDING, TaskStatus.PIPELINED
+
 
 @dataclass(frozen=True, slots=True)
 class ShareRows:
@@ -59,4 +61,9 @@ class Unit:
     surplus: bool
 
     def live(self) -> bool:
-        return all(t.status is TaskStatus.RUNNING for t in self.tasks)
+        """Every task may be taken (Task.takeable, inlined: asked of many units per search)."""
+        for t in self.tasks:
+            s = t.status
+            if s is not _RUNNING and not ((s is _BINDING or s is _PIPELINED) and t.placed_by):
+                return False
+        return True

@@ -44,6 +44,7 @@ __all__ = [
     "Request",
     "Reserved",
     "SchedulerConfig",
+    "TakeBack",
     "TaskInfo",
     "TaskStatus",
     "Topology",
@@ -305,7 +306,21 @@ class Evict:
     reason: str
 
 
-Decision = Bind | Pipeline | Evict
+@dataclass(frozen=True, slots=True)
+class TakeBack:
+    """A task placed earlier in this cycle and taken back as a victim before it started
+    (KAI's reclaim and preempt take a session's new placements too, and report them
+    Releasing). Nothing is carried out: the task was never bound, so it stays pending.
+    `node` is where it had been placed."""
+
+    job: str
+    task: str
+    node: str
+    action: str  # reclaim | preempt | consolidation
+    reason: str
+
+
+Decision = Bind | Pipeline | Evict | TakeBack
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,6 +345,7 @@ REASON_CODES: tuple[str, ...] = (
     "topology",  # no domain of its required topology level has room
     "spread",  # too few nodes with room hold none of its tasks (required spread)
     "no-room",  # would fit the empty cluster, not the room free now; no victim makes room
+    "taken-back",  # placed this cycle, then taken back as a victim for a job that comes first
     "queue-limit",  # its queue, or one above it, is at its limit
     "queue-quota",  # non-preemptible: its queue, or one above it, would go over its quota
     "fair-share",  # reclaim would take its queue over its fair share

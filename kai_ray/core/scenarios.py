@@ -23,15 +23,15 @@ Each scenario is simulated by the solver; generators only propose.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from kai_ray.core.cluster import EPS, Task
 from kai_ray.core.context import CycleContext
-from kai_ray.core.model import TaskStatus
-from kai_ray.core.victims import Unit
+from kai_ray.core.victimpool import SharedUnits
+from kai_ray.core.victims import GivingTree, Unit
 
 if TYPE_CHECKING:
     from kai_ray.core.solver import Terms
@@ -52,64 +52,153 @@ class VictimOrder:
     """The candidates in the order the search accumulates them, skipping the recorded:
     in victim order, or between queues from the queue that gives first (GivingOrder), as
     KAI's victim queue ranks it: each queue with what it has given so far counted gone,
-    and, as KAI counts it, a job given in pieces counts what was left of it each time."""
+    and, as KAI counts it, a job given in pieces counts what was left of it each time.
+
+    The state stands still while an order lives (each scenario simulated between two
+    steps is rolled back, and the search ends at the first that holds), so whether a
+    candidate may be taken is asked once, when its turn first comes: each queue's line
+    is walked once, not once per step, which keeps a search through thousands of
+    candidates linear."""
 
     def __init__(self, ctx: CycleContext, terms: Terms, recorded: Sequence[Unit]) -> None:
         self.ctx, self.terms = ctx, terms
         # The recorded stay in line: as KAI's fresh victim queue, the search passes over
         # each when its turn comes, counting it as given then.
         self.recorded = {id(u) for u in recorded}
-        self.left = list(terms.units)
+        self.units = terms.units
         self.accumulated: list[Unit] = []
         self._given: set[int] = set()  # ids of the tasks given so far
         self.gone: dict[int, np.ndarray] = {}  # per leaf queue, what it has given (as KAI counts)
+        self._taken: set[int] = set()  # places (in units) accumulated or passed over
+        self._ok: dict[int, bool] = {}  # place -> may be taken (asked once)
+        # Made when first needed: per queue its candidates' places in victim order and
+        # how far its line was walked (-1: the line of all queues); per job, its
+        # candidates' places.
+        self._lines: dict[int, list[int]] | None = None
+        self._heads: dict[int, int] = {}
+        self._by_job: dict[int, list[int]] | None = None
+        self._line: list[int] | None = None  # every candidate's place (victim order alone)
+        # The accumulated, indexed: per job its units (with when each came), per node
+        # the jobs with an accumulated unit there.
+        self._job_units: dict[int, list[tuple[int, Unit]]] = {}
+        self._node_jobs: dict[int, set[int]] = {}
+        # Ranking kept while the state stands still: per queue how often it gave, what a
+        # candidate's queue counts as gone with it next (by that count), and the picks.
+        self._versions: dict[int, int] = {}
+        self._gone_with: dict[tuple[int, int], list[float]] = {}
+        self._tree: GivingTree | None = None
 
     def grow(self) -> Unit | None:
         """Accumulate the next unit (None when no candidate is left)."""
-        terms = self.terms
         while True:
-            if terms.giving is None:
-                live = ((i, u) for i, u in enumerate(self.left) if u.live() and terms.allowed(u))
-                found = next(live, None)
-            else:
-                found = self._giving_first()
+            found = self._next_in_order() if self.terms.giving is None else self._giving_first()
             if found is None:
                 return None
             i, unit = found
-            del self.left[i]
-            self._give(unit)
-            if id(unit) not in self.recorded:
-                self.accumulated.append(unit)
-                return unit
+            if id(unit) in self.recorded:
+                # KAI pops the job and, finding a recorded victim in it, puts back the
+                # rest of it: one pop passes over every recorded unit of the job.
+                self._give_recorded(unit)
+                continue
+            self._taken.add(i)
+            self._give(unit, [unit])
+            self._accumulate(unit)
+            return unit
+
+    def _accumulate(self, unit: Unit) -> None:
+        at, job = len(self.accumulated), id(unit.job)
+        self.accumulated.append(unit)
+        self._job_units.setdefault(job, []).append((at, unit))
+        for node in _nodes(unit):
+            self._node_jobs.setdefault(node, set()).add(job)
+
+    def around(self, node: int) -> list[Unit]:
+        """The accumulated units of every job with an accumulated unit on `node`, in the
+        order they were accumulated."""
+        jobs = self._node_jobs.get(node, ())
+        return [u for _, u in sorted(p for j in jobs for p in self._job_units[j])] if jobs else []
 
     def remainder(self, u: Unit) -> np.ndarray:
         """What KAI counts a unit's job as giving when it pops it: the job's running tasks
-        not given yet (the whole job at its first unit)."""
-        left = [t for t in u.job.tasks if t.status is TaskStatus.RUNNING and id(t) not in self._given]
+        (and those placed this cycle) not given yet (the whole job at its first unit)."""
+        left = [t for t in u.job.tasks if t.takeable and id(t) not in self._given]
         return self.ctx.amount(left) if left else np.zeros(3)
 
-    def _give(self, u: Unit) -> None:
+    def _give(self, u: Unit, units: Sequence[Unit]) -> None:
+        """One pop of u's job, giving `units` of it (u first): counted as KAI counts it."""
         q = u.job.queue
+        self._versions[q] = self._versions.get(q, 0) + 1
+        if self._tree is not None:
+            self._tree.changed(q)
         self.gone[q] = self.gone.get(q, np.zeros(3)) + self.remainder(u)
-        self._given.update(id(t) for t in u.tasks)
+        self._given.update(id(t) for g in units for t in g.tasks)
+
+    def _give_recorded(self, unit: Unit) -> None:
+        if self._by_job is None:
+            self._by_job = {}
+            for k, u in enumerate(self.units):
+                self._by_job.setdefault(id(u.job), []).append(k)
+        units, recorded = self.units, self.recorded
+        mine = [k for k in self._by_job[id(unit.job)] if k not in self._taken and id(units[k]) in recorded]
+        self._taken.update(mine)
+        self._give(unit, [units[k] for k in mine])
+
+    def _may_take(self, k: int) -> bool:
+        ok = self._ok.get(k)
+        if ok is None:
+            u = self.units[k]
+            ok = self._ok[k] = u.live() and self.terms.allowed(u)
+        return ok
+
+    def _head(self, q: int, line: list[int]) -> int | None:
+        """The place of the first candidate of a queue's line still to be taken."""
+        at, taken = self._heads.get(q, 0), self._taken
+        while at < len(line) and (line[at] in taken or not self._may_take(line[at])):
+            at += 1
+        self._heads[q] = at
+        return line[at] if at < len(line) else None
+
+    def _queue_lines(self) -> dict[int, list[int]]:
+        """Per queue Terms.queue_allowed does not refuse, its candidates' places."""
+        if self._lines is None:
+            lines = _by_queue(self.units)
+            ok = self.terms.queue_allowed
+            self._lines = {q: line for q, line in lines.items() if ok is None or ok(q)}
+        return self._lines
+
+    def _next_in_order(self) -> tuple[int, Unit] | None:
+        """Victim order alone: the first candidate still to be taken, any queue."""
+        if self._line is None:
+            ok = self.terms.queue_allowed
+            self._line = [k for k, u in enumerate(self.units) if ok is None or ok(u.job.queue)]
+        k = self._head(-1, self._line)
+        return None if k is None else (k, self.units[k])
 
     def _giving_first(self) -> tuple[int, Unit] | None:
-        """The first allowed candidate of each queue, then the one whose queue gives first."""
-        firsts: dict[int, tuple[int, Unit]] = {}
-        for i, u in enumerate(self.left):
-            q = u.job.queue
-            if q not in firsts and u.live() and self.terms.allowed(u):
-                firsts[q] = (i, u)
-        if len(firsts) <= 1:
-            return next(iter(firsts.values()), None)
-        giving = self.terms.giving
-        assert giving is not None
-        return giving.first(sorted(firsts.values(), key=lambda iu: iu[0]), self._victims)
+        """The first allowed candidate of each queue, then the one whose queue gives first
+        (GivingOrder.first, kept between steps: GivingTree)."""
+        if self._tree is None:
+            giving = self.terms.giving
+            assert giving is not None
+            lines = self._queue_lines()
+
+            def head(q: int) -> tuple[int, Unit] | None:
+                k = self._head(q, lines[q])
+                return None if k is None else (k, self.units[k])
+
+            self._tree = GivingTree(giving, lines, head, self._victims)
+        return self._tree.first()
 
     def _victims(self, u: Unit) -> list[float]:
-        """What the unit's queue counts as gone when it is ranked with the unit next."""
-        gone = self.gone.get(u.job.queue, np.zeros(3)) + self.remainder(u)
-        return [float(x) for x in gone]
+        """What the unit's queue counts as gone when it is ranked with the unit next
+        (kept while its queue gives nothing more: only that moves it)."""
+        q = u.job.queue
+        key = (id(u), self._versions.get(q, 0))
+        known = self._gone_with.get(key)
+        if known is None:
+            gone = self.gone.get(q, np.zeros(3)) + self.remainder(u)
+            known = self._gone_with[key] = [float(x) for x in gone]
+        return known
 
 
 class IdleGpus:
@@ -152,6 +241,19 @@ class IdleGpus:
         return True
 
 
+def _by_queue(units: Sequence[Unit]) -> dict[int, list[int]]:
+    """Per queue, its candidates' places in `units` (read-only; made once per shared
+    list of candidates, victimpool.SharedUnits)."""
+    derived = units.derived if isinstance(units, SharedUnits) else {}
+    made = derived.get("by_queue")
+    if made is None:
+        lines: dict[int, list[int]] = {}
+        for k, u in enumerate(units):
+            lines.setdefault(u.job.queue, []).append(k)
+        made = derived["by_queue"] = lines
+    return made  # type: ignore[return-value]
+
+
 def _nodes(u: Unit) -> tuple[int, ...]:
     return tuple(dict.fromkeys(t.node for t in u.tasks))
 
@@ -185,8 +287,7 @@ def node_local(
         # The nodes of the newest unit's job, all its tasks (KAI: its latest victim job).
         nodes = {t.node for t in unit.job.tasks if t.node >= 0}
         for node in sorted(nodes, key=lambda n: names[n]):
-            jobs = {id(u.job) for u in order.accumulated if node in _nodes(u)}
-            here = [u for u in order.accumulated if id(u.job) in jobs]
+            here = order.around(node)
             key = frozenset(id(u) for u in here)
             if key not in seen:
                 seen.add(key)
@@ -256,4 +357,29 @@ def _smallest_k_covering(caps: list[float], demand: float) -> int:
 
 
 # In KAI's order: the node-local generator first, then the multi-node one.
+def node_local_reach(units: Sequence[Unit]) -> list[list[Unit]]:
+    """Sets of candidates that hold every scenario node_local can propose beside the
+    recorded victims: per node, every candidate of the jobs with one there (a scenario
+    takes some of the accumulated units of the jobs on one node). solver.py plays no
+    node-local scenario when none of these could make room. Made once per shared list
+    of candidates (victimpool.SharedUnits)."""
+    derived = units.derived if isinstance(units, SharedUnits) else {}
+    made = derived.get("node_local_reach")
+    if made is None:
+        on_node: dict[int, set[int]] = {}
+        by_job: dict[int, list[Unit]] = {}
+        for u in units:
+            by_job.setdefault(id(u.job), []).append(u)
+            for node in _nodes(u):
+                on_node.setdefault(node, set()).add(id(u.job))
+        made = derived["node_local_reach"] = [
+            [u for j in jobs for u in by_job[j]] for jobs in on_node.values()
+        ]
+    return made  # type: ignore[return-value]
+
+
 GENERATORS = (node_local, multi_node)
+# Per generator, where every scenario it can propose lies (see node_local_reach).
+REACH: dict[Callable[..., Iterator[list[Unit]]], Callable[[Sequence[Unit]], list[list[Unit]]]] = {
+    node_local: node_local_reach
+}

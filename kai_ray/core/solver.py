@@ -26,15 +26,21 @@ the same tasks and victims, and a search that finds none leaves no trace.
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from kai_ray.core.capacity import capacity_problem
-from kai_ray.core.cluster import Job, Task
+from kai_ray.core.cluster import EPS, Job, Task
 from kai_ray.core.context import CycleContext
 from kai_ray.core.jobqueues import JobQueues
 from kai_ray.core.model import TaskStatus
+from kai_ray.core.statement import Statement
+from kai_ray.core.victimpool import ROOM_SLACK, room_holds, tasks_per_node
 from kai_ray.core.victims import Allowed, EvictReason, GivingOrder, Unit
 
 if TYPE_CHECKING:
@@ -68,6 +74,9 @@ class Terms:
     valid: Validate  # the action's judgement of a scenario that placed the job
     giving: GivingOrder | None = None  # between queues: which queue gives first
     check_capacity: bool = True  # the job's queue limits, with the victims gone
+    # What `allowed` asks of a candidate's queue alone (None: nothing): a queue it
+    # refuses is passed over whole, without asking of each of its candidates.
+    queue_allowed: Callable[[int], bool] | None = None
 
 
 def solve(ctx: CycleContext, job: Job, tasks: list[Task], terms: Terms) -> Scenario | None:
@@ -142,6 +151,14 @@ def _solve_partial(
     failed: set[tuple[int, frozenset[int], frozenset[int]]],
 ) -> Scenario | None:
     rec = frozenset(id(u) for u in recorded)
+    bound = _RoomBound(ctx, tasks, recorded)
+    from kai_ray.core.scenarios import REACH
+
+    reach = REACH.get(generate)
+    if reach is not None and not any(
+        bound.enough(extra) for extra in itertools.chain([[]], reach(terms.units))
+    ):
+        return None  # no scenario of this generator could make room: none is played
     for extra in generate(ctx, terms, recorded, tasks):
         victims = [*recorded, *(u for u in extra if id(u) not in rec)]
         if not victims:
@@ -149,11 +166,74 @@ def _solve_partial(
         key = (len(tasks), rec, frozenset(id(u) for u in victims))
         if key in failed:
             continue
+        if not bound.enough(victims):  # the simulation could not place them
+            failed.add(key)
+            continue
         found = _simulate(ctx, job, tasks, victims, terms)
         if found is not None:
             return found
         failed.add(key)
     return None
+
+
+class _RoomBound:
+    """Whether the tasks might fit the free and releasing room with a scenario's victims
+    gone (victimpool.room_holds): where they cannot, no simulation of those victims
+    places them (a victim placed again only takes room), and none is played. A search
+    through thousands of small victims for a gang of whole nodes proposes many scenarios
+    that free a node or two: for tasks that ask alike, what the room holds with the
+    recorded victims gone is counted once per node, and each scenario recounts only the
+    nodes of its own victims. The state stands still while a bound is used (each
+    scenario is rolled back)."""
+
+    def __init__(self, ctx: CycleContext, tasks: list[Task], recorded: Sequence[Unit]) -> None:
+        self.ctx, self.tasks = ctx, tasks
+        self.recorded = {id(u) for u in recorded}
+        nodes = ctx.state.nodes
+        self.room = nodes.idle + nodes.releasing
+        for node, more in _freed(recorded).items():
+            self.room[node] += more
+        job, first = tasks[0].job, tasks[0].demand
+        self.any_fraction = any(t.fraction_request for t in tasks)
+        self.alike = not job.per_task and all(t.demand is first for t in tasks)
+        if self.alike and not self.any_fraction:
+            self.mask = ctx.placer.job_mask(job)
+            self.per_node = tasks_per_node(self.room, first)
+            self.total = int(self.per_node[self.mask].sum())
+            self.asks = [(int(c), float(first[c])) for c in np.flatnonzero(first)]
+
+    def enough(self, victims: list[Unit]) -> bool:
+        if self.any_fraction:
+            return True
+        freed = _freed([u for u in victims if id(u) not in self.recorded])
+        if not self.alike:
+            room = self.room.copy()
+            for node, more in freed.items():
+                room[node] += more
+            return room_holds(self.ctx, self.tasks, room)
+        total = self.total
+        for node, more in freed.items():
+            if self.mask[node]:
+                total += self._holds(self.room[node] + more) - int(self.per_node[node])
+        return total >= len(self.tasks)
+
+    def _holds(self, row: np.ndarray) -> int:
+        """tasks_per_node for one node, in plain numbers (a handful of nodes per call)."""
+        if not self.asks:
+            return int(self.per_node[0])  # asks for nothing counted: plenty
+        room: list[float] = row.tolist()
+        return max(0, min(math.floor((room[c] + EPS) * (1 + ROOM_SLACK) / need) for c, need in self.asks))
+
+
+def _freed(units: Sequence[Unit]) -> dict[int, np.ndarray]:
+    """Per node, what the units' tasks that may be taken hold there."""
+    freed: dict[int, np.ndarray] = {}
+    for u in units:
+        for t in u.tasks:
+            if t.takeable:
+                got = freed.get(t.node)
+                freed[t.node] = t.demand.copy() if got is None else got + t.demand
+    return freed
 
 
 def _simulate(
@@ -175,11 +255,11 @@ def _simulate(
         evicted: dict[int, list[Task]] = {}
         for u in victims:
             for t in u.tasks:
-                if id(t) not in kept and t.status is TaskStatus.RUNNING:
+                if id(t) not in kept and t.takeable:
                     stmt.evict(t, terms.action, terms.evict_reason(u))
                     evicted.setdefault(id(u.job), []).append(t)
         if steps is None:
-            steps = {k: _steps(ts) for k, ts in evicted.items()}
+            steps = {k: _steps(ts, terms.action) for k, ts in evicted.items()}
         back = _allocate_over(ctx, job, tasks, evicted, steps, terms)
         if back is None:
             stmt.rollback(mark)
@@ -192,6 +272,7 @@ def _simulate(
             k: [c for c in ([t for t in chunk if id(t) not in back] for chunk in cs) if c]
             for k, cs in steps.items()
         }
+    _stop_growth(stmt, steps or {})
     scenario = _scenario(victims, kept)
     if terms.valid(scenario):
         return scenario
@@ -204,15 +285,32 @@ def _without(chunks: list[list[Task]], back: set[int]) -> list[list[Task]]:
     return [chunk for chunk in kept if chunk]
 
 
-def _steps(evicted: list[Task]) -> list[list[Task]]:
+def _steps(evicted: list[Task], action: str) -> list[list[Task]]:
     """What allocate would place again of a victim job, step by step: its missing gang
-    (KAI's tasks to allocate, among its evicted tasks), then, as allocate grows an
-    elastic job, one more task a step. (KAI's simulation stops after the first step; the
-    next cycle's allocate does not, and would give an elastic victim its room back.)"""
+    (KAI's tasks to allocate, among its evicted tasks), then, for reclaim and preempt, as
+    allocate grows an elastic job, one more task a step. (KAI's simulation stops after
+    the first step; the next cycle's allocate does not, and would give an elastic victim
+    its room back: where a step lands where the task ran, the task is kept. Where it
+    lands elsewhere, _stop_growth stops the task, as KAI reports it. Consolidation, which
+    must move every victim, is judged on the first step alone, as KAI judges it.)"""
     job = evicted[0].job
     n = max(0, job.gang - job.active_count) or 1
     ordered = sorted(evicted, key=lambda t: t.index)
+    if action == "consolidation":
+        return [ordered[:n]]
     return [ordered[:n], *([t] for t in ordered[n:])]
+
+
+def _stop_growth(stmt: Statement, steps: dict[int, list[list[Task]]]) -> None:
+    """The victims' tasks that only the growth steps placed again, elsewhere than they
+    ran: stopped, as KAI's one-step simulation leaves them (the next cycle's allocate
+    grows the job again where there is room). The play still counted the room they took:
+    a victim that would take its room back before the job keeps it."""
+    for chunks in steps.values():
+        for chunk in chunks[1:]:
+            for t in chunk:
+                if t.status is TaskStatus.PIPELINED and t.evict_reason is not None:
+                    stmt.evict(t, *t.evict_reason)
 
 
 def _scenario(victims: list[Unit], kept: set[int]) -> Scenario:
@@ -271,7 +369,7 @@ def _allocate_over(
     order = JobQueues(ctx.state, rank, lines, policy.job_order, ctx.forget)
     back: set[int] = set()
     left = len(acting)
-    ctx.placer.all_room = ctx.state.nodes.idle.copy()
+    ctx.placer.all_room = ctx.stmt.idle_as_kai()
     try:
         while left and (turn := order.next_job()) is not None:
             if id(turn) in acting:

@@ -34,6 +34,17 @@ class Statement:
         self._undo: list[Undo] = []
         self._committed: list[Undo] | None = [] if undoable_cycle else None
         self.pipelined = 0  # placements onto releasing capacity that stand (undo takes back)
+        # Per node, the idle room that pipelined placements took (where too little was
+        # releasing). KAI takes a pipelined task from the releasing room alone, which may
+        # go below zero, so its idle room stays what it was: the simulation's choice of
+        # node reads idle room as KAI has it (solver.py).
+        self.idle_pipelined: dict[int, FloatArray] = {}
+        # Tasks placed again after an eviction this cycle (moved), in order: victims
+        # again where they now are (Task.takeable), which victimpool's bound counts.
+        self.moved: list[Task] = []
+        # Every task whose status or node changed, in order, undos included (appended
+        # again): a reader keeps its place in it to refresh only those (victimpool.py).
+        self.changed_tasks: list[Task] = []
         self.evictions = 0  # evictions that stand (undo takes back): did a search take any?
         # One number per standing eviction, in order; undo takes the last off, so the
         # top names the set that stands: equal tops, the same tasks running.
@@ -175,10 +186,14 @@ class Statement:
         self.touched_nodes.add(node)
         self.touched_jobs.add(task.job)
         idle_before, releasing_before = nodes.idle[node].copy(), nodes.releasing[node].copy()
+        from_idle = None
         if pipelined:
             from_releasing = np.minimum(np.maximum(nodes.releasing[node], 0.0), d)
             nodes.releasing[node] -= from_releasing
-            nodes.idle[node] -= d - from_releasing
+            from_idle = d - from_releasing
+            nodes.idle[node] -= from_idle
+            if from_idle.any():
+                self._took_idle(node, from_idle)
         else:
             nodes.idle[node] -= d
         undo_device = self._take_device(task, node, device, pipelined) if task.fraction_request else None
@@ -193,10 +208,17 @@ class Statement:
         was_pending = previous[0] is TaskStatus.PENDING
         job.pending_count -= was_pending
         self.pipelined += pipelined
+        moved = previous[0] is TaskStatus.RELEASING
+        if moved:
+            self.moved.append(task)
         self._changed()
+        self.changed_tasks.append(task)
 
         def undo() -> None:
             self._state_marks.pop()
+            self.changed_tasks.append(task)
+            if moved:
+                self.moved.pop()
             job.active_count -= 1
             job.pending_count += was_pending
             self.pipelined -= pipelined
@@ -206,9 +228,23 @@ class Statement:
                 undo_device()
             nodes.idle[node] = idle_before
             nodes.releasing[node] = releasing_before
+            if from_idle is not None and from_idle.any():
+                self._took_idle(node, -from_idle)
             nodes.changed(node)
 
         self._undo.append(undo)
+
+    def _took_idle(self, node: int, amount: FloatArray) -> None:
+        took = self.idle_pipelined.get(node)
+        self.idle_pipelined[node] = amount.copy() if took is None else took + amount
+
+    def idle_as_kai(self) -> FloatArray:
+        """Each node's idle room as KAI's session has it: with what pipelined placements
+        took of it given back (see idle_pipelined)."""
+        idle = self.state.nodes.idle.copy()
+        for node, took in self.idle_pipelined.items():
+            idle[node] += took
+        return idle
 
     def place_block(self, tasks: list[Task], node: int, action: str) -> None:
         """Bind identical whole-device tasks on one node with free room for all of them:
@@ -232,9 +268,11 @@ class Statement:
         job.active_count += len(tasks)
         job.pending_count -= len(tasks)
         self._changed()
+        self.changed_tasks.extend(tasks)
 
         def undo() -> None:
             self._state_marks.pop()
+            self.changed_tasks.extend(tasks)
             job.active_count -= len(tasks)
             job.pending_count += len(tasks)
             for t in tasks:
@@ -267,11 +305,16 @@ class Statement:
         self._undo.append(undo)
 
     def evict(self, task: Task, action: str, reason: str) -> None:
-        """Start releasing a running task: its capacity stays held until it is gone."""
+        """Start releasing a running task: its capacity stays held until it is gone. A
+        task placed earlier in the cycle is taken the same way (Task.takeable): it holds
+        its room as releasing, as KAI's session has it. One placed from pending is marked
+        `taken_back` (it never started: nothing is evicted in the world); one moved
+        keeps its first eviction, from where it ran (its move is only undone)."""
         if self._log is not None:
             self._log.append((len(self._undo), "evict", (task, action, reason)))
-        if task.status is not TaskStatus.RUNNING:
-            raise ValueError(f"task {task.info.name}: only running tasks are evicted")
+        if not task.takeable:
+            raise ValueError(f"task {task.info.name}: neither running nor placed this cycle")
+        previous = task.status
         nodes, node, device = self.state.nodes, task.node, task.device
         self.touched_nodes.add(node)
         self.touched_jobs.add(task.job)
@@ -287,19 +330,24 @@ class Statement:
         amount = self.state.queue_amount(task, node)
         undo_usage = self.state.usage.add_undoable(job.queue, amount, not job.info.preemptible, sign=-1.0)
         task.status = TaskStatus.RELEASING
-        task.evicted_from, task.evict_reason = (node, device), (action, reason)
+        before = (task.evicted_from, task.evict_reason, task.taken_back)
+        if task.evicted_from is None:  # else moved: the eviction that stands is its first
+            task.evicted_from, task.evict_reason = (node, device), (action, reason)
+            task.taken_back = previous is not TaskStatus.RUNNING
         job.active_count -= 1
         self.evictions += 1
         self._changed()
         self._evicted_marks.append(self._marks)
+        self.changed_tasks.append(task)
 
         def undo() -> None:
+            self.changed_tasks.append(task)
             job.active_count += 1
             self.evictions -= 1
             self._evicted_marks.pop()
             self._state_marks.pop()
-            task.status = TaskStatus.RUNNING
-            task.evicted_from = task.evict_reason = None
+            task.status = previous
+            task.evicted_from, task.evict_reason, task.taken_back = before
             undo_usage()
             nodes.releasing[node] = releasing_before
             if fraction:

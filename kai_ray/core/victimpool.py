@@ -3,13 +3,14 @@
 A cycle with a deep backlog runs several victim searches per action, each over the same
 few hundred running gangs. What does not change between them is built once:
 
-- `Candidates`: every unit the policy lets be a victim, in victim order, with their
-  tasks as arrays (node, demand, unit). An action takes them when its first search
-  needs them and keeps them to its end (a unit it evicts stays in, no longer live);
-  the next action takes the same while the same evictions stand
-  (Statement.running_mark): they are then exactly what a fresh build would give.
+- `Candidates`: every unit the policy lets be a victim (its running tasks, and those
+  placed earlier in the cycle: Task.takeable), in victim order, with their tasks as
+  arrays (node, demand, unit). An action takes them when its first search needs them
+  and keeps them to its end (a unit it evicts stays in, no longer live); the next
+  action takes the same while the same state stands (Statement.state_mark): they are
+  then exactly what a fresh build would give.
 - `VictimPool`: one search's view of them: which candidates it may look at (its
-  members) and which of those are still running, as a mask over the shared arrays.
+  members) and which of those may still be taken, as a mask over the shared arrays.
 
 `VictimPool.may_fit` is an upper bound that lets a hopeless search end before it
 evicts anything: the gang fits nowhere even if every unit the search could ever take
@@ -21,33 +22,44 @@ only some of the candidates and may place some again, never making more room.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from kai_ray.core.cluster import EPS, FloatArray, Job, Task
 from kai_ray.core.hooks import Unit
-from kai_ray.core.model import TaskStatus
 
 if TYPE_CHECKING:  # the context holds the shared candidates; victims.py holds the pools
     from kai_ray.core.context import CycleContext
+    from kai_ray.core.statement import Statement
 
-__all__ = ["ActionCandidates", "Candidates", "Piece", "VictimPool", "unit_piece", "victim_units"]
+__all__ = [
+    "ROOM_SLACK",
+    "ActionCandidates",
+    "Candidates",
+    "Piece",
+    "SharedUnits",
+    "VictimPool",
+    "room_holds",
+    "tasks_per_node",
+    "unit_piece",
+    "victim_units",
+]
 
 # Rounding slack of the bound: the search sums freed room in another order than this.
-_SLACK = 1e-9
+ROOM_SLACK = 1e-9
 
 
 def victim_units(jobs: Sequence[Job], order: Callable[[Unit], Any]) -> list[Unit]:
     """Eviction units of running jobs (a gang, or one elastic surplus task, last task
-    first; surplus: Job.surplus_of), sorted by the policy's victim order. A task still
-    reported running on a node that left the cluster holds nothing here: evicting it
-    would free nothing."""
+    first; surplus: Job.surplus_of), sorted by the policy's victim order. Their tasks are
+    those that may be taken (Task.takeable): running, or placed earlier in the cycle, as
+    KAI takes a session's new placements too. A task still reported running on a node
+    that left the cluster holds nothing here: evicting it would free nothing."""
     units: list[Unit] = []
-    running_status = TaskStatus.RUNNING
     for job in jobs:
-        running = [t for t in job.tasks if t.status is running_status and t.node >= 0]
+        running = [t for t in job.tasks if t.takeable]
         if not running:
             continue
         # Surplus beyond each subgroup's minimum goes one task at a time; the rest of
@@ -82,7 +94,7 @@ class Candidates:
         self.width = width
         self._pieces = pieces
         self._arrays: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
-        self._live: tuple[int, np.ndarray] | None = None
+        self._live: tuple[Statement, int, np.ndarray] | None = None  # (as of, changes seen, flags)
         self.index = {id(u): i for i, u in enumerate(units)}
         # Every unit's tasks in one list, and where each unit's tasks begin (it has one
         # at least): whether each runs whole is then one pass over tasks, not a call per unit.
@@ -91,15 +103,25 @@ class Candidates:
         # Lists of members kept for many searches (ActionCandidates.taken_by), by id,
         # with their places: each list is held here, so its id stays its own.
         self._members: dict[int, tuple[Sequence[Unit], np.ndarray]] = {}
+        self._task_index: dict[int, int] | None = None
+        # Each task's live flag, with the statement and the place in its changed_tasks
+        # they were made at (live).
+        self._flags: tuple[Statement, int, np.ndarray] | None = None
+
+    def task_index(self) -> dict[int, int]:
+        """Each task's row in the arrays, by the task's id (made when first asked)."""
+        if self._task_index is None:
+            self._task_index = {id(t): i for i, t in enumerate(self._tasks)}
+        return self._task_index
 
     def for_cycle(self) -> Candidates:
         """The same units for another cycle (a cycle cache keeps them between cycles,
         incremental/candidates.py): what is read from them alone is shared; what a cycle
-        keeps of its own (its members' places) starts afresh; which units run is
-        assigned, never changed in place, so each copy's is its own already."""
+        keeps of its own (its members' places, its tasks' live flags) starts afresh."""
         self.arrays()  # made once, on the shared units, before the copy
         other = copy.copy(self)
         other._members = {}
+        other._flags = other._live = None
         return other
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -134,16 +156,39 @@ class Candidates:
             np.array([u.job.queue for u in self.units], dtype=np.int64),
         )
 
-    def live(self, mark: int) -> np.ndarray:
-        """Which units run whole (Unit.live) while the evictions named by `mark` stand
-        (Statement.running_mark). Read-only."""
-        if self._live is None or self._live[0] != mark:
-            running = TaskStatus.RUNNING
-            flags = np.array([t.status is running for t in self._tasks], dtype=bool)
-            live = np.logical_and.reduceat(flags, self._starts) if self.units else flags
-            live.setflags(write=False)
-            self._live = (mark, live)
-        return self._live[1]
+    def live(self, stmt: Statement) -> np.ndarray:
+        """Which units may be taken whole (Unit.live) as the statement stands. Read-only.
+
+        A task moved since they were built (by this action) is not where its row says:
+        not live here (the next action's candidates have it where it is; the bound counts
+        it there, VictimPool._add_moved). Each task's flag is made once, then only those
+        the statement changed since are made again."""
+        seen = len(stmt.changed_tasks)
+        if self._live is not None and self._live[0] is stmt and self._live[1] == seen:
+            return self._live[2]
+        flags = self._task_flags(stmt)
+        live = np.logical_and.reduceat(flags, self._starts) if self.units else flags.copy()
+        live.setflags(write=False)
+        self._live = (stmt, seen, live)
+        return live
+
+    def _task_flags(self, stmt: Statement) -> np.ndarray:
+        at = self.arrays()[0]
+        kept = self._flags
+        if kept is None or kept[0] is not stmt:
+            nodes = at.tolist()
+            flags = np.array(
+                [t.takeable and t.node == n for t, n in zip(self._tasks, nodes, strict=True)], dtype=bool
+            )
+        else:
+            flags = kept[2]
+            index = self.task_index()
+            for t in stmt.changed_tasks[kept[1] :]:
+                i = index.get(id(t))
+                if i is not None:
+                    flags[i] = t.takeable and t.node == at[i]
+        self._flags = (stmt, len(stmt.changed_tasks), flags)
+        return flags
 
     def places(self, members: Sequence[Unit]) -> np.ndarray:
         """Where each of `members` (some of the units) is among them. Read-only."""
@@ -161,10 +206,10 @@ class Candidates:
 
 
 def shared_candidates(ctx: CycleContext) -> Candidates:
-    """The policy's victims as the state stands; the last built while the same
-    evictions stand; with a cycle cache, before the cycle evicts, those it keeps
-    between cycles (incremental/candidates.py)."""
-    mark = ctx.stmt.running_mark
+    """The policy's victims as the state stands; the last built while the same state
+    stands (a placement makes a candidate too: Task.takeable); with a cycle cache,
+    before the cycle evicts, those it keeps between cycles (incremental/candidates.py)."""
+    mark = ctx.stmt.state_mark
     kept = ctx.victims
     if kept is not None and kept[0] == mark:
         return kept[1]
@@ -200,9 +245,21 @@ class ActionCandidates:
         units = self._taken.get(inputs)
         if units is None:
             candidates = self.get()
-            units = self._taken[inputs] = [u for u in candidates.units if takes(u)]
+            units = self._taken[inputs] = SharedUnits(u for u in candidates.units if takes(u))
             candidates.keep_places(units)
         return units
+
+
+class SharedUnits(list[Unit]):
+    """A list of candidates many searches share (ActionCandidates.taken_by), read-only,
+    with room for what a search derives from the list alone (`derived`, by name), made
+    once for all of them."""
+
+    __slots__ = ("derived",)
+
+    def __init__(self, units: Iterable[Unit] = ()) -> None:
+        super().__init__(units)
+        self.derived: dict[str, object] = {}
 
 
 class VictimPool:
@@ -216,9 +273,10 @@ class VictimPool:
         self.task_node, self.task_unit, self.task_demand, self.unit_queue = candidates.arrays()
         self.members = candidates.places(members)
         self.live = np.zeros(len(self.units), dtype=bool)
-        self.live[self.members] = candidates.live(ctx.stmt.running_mark)[self.members]
+        self.live[self.members] = candidates.live(ctx.stmt)[self.members]
         self._queues: list[int] | None = None  # the members' queues
         self._takes: tuple[object, int, np.ndarray] | None = None  # the last _taken_by: (ever, mark, mask)
+        self._members: set[int] | None = None  # the members' places, as a set (_add_moved)
 
     def _taken_by(self, ever: Callable[[int], bool] | None) -> np.ndarray:
         """The live members whose queue `ever` accepts (`self.live` itself when all).
@@ -255,20 +313,57 @@ class VictimPool:
         room = nodes.idle + nodes.releasing
         taken = takes[self.task_unit]
         np.add.at(room, self.task_node[taken], self.task_demand[taken])
-        room = (room + EPS) * (1 + _SLACK)
-        job = tasks[0].job
-        placer = self.ctx.placer
-        mask = placer.job_mask(job)
-        first = tasks[0].demand
-        if not job.per_task and all(t.demand is first for t in tasks):
-            return _places(room[mask], first) >= len(tasks)
-        return all(_places(room[placer.task_mask(t, mask)], t.demand) >= 1 for t in tasks)
+        self._add_moved(room, ever)
+        return room_holds(self.ctx, tasks, room)
+
+    def _add_moved(self, room: FloatArray, ever: Callable[[int], bool] | None) -> None:
+        """Tasks of the members moved this cycle are victims again where they now are,
+        which their rows do not say (Candidates.live leaves them out): their room
+        counted there, whether or not the rest of their unit runs (a bound may count
+        more, never less)."""
+        moved = self.ctx.stmt.moved
+        if not moved:
+            return
+        at = self.candidates.task_index()
+        members = self._member_set()
+        for t in moved:
+            i = at.get(id(t))
+            if i is None or not t.takeable:
+                continue
+            u = int(self.task_unit[i])
+            if u in members and (ever is None or ever(int(self.unit_queue[u]))):
+                room[t.node] += t.demand
+
+    def _member_set(self) -> set[int]:
+        if self._members is None:
+            self._members = set(self.members.tolist())
+        return self._members
 
 
-def _places(room: FloatArray, demand: FloatArray) -> int:
-    """How many tasks asking `demand` the rows of `room` hold in all."""
+def room_holds(ctx: CycleContext, tasks: Sequence[Task], room: FloatArray) -> bool:
+    """Whether whole-device tasks might fit `room` (a row per node): their room counted
+    on each node the job may use, as many tasks per node as that room holds; a task
+    with its own affinity each on its own. An upper bound: False means they cannot."""
+    job = tasks[0].job
+    placer = ctx.placer
+    mask = placer.job_mask(job)
+    first = tasks[0].demand
+    if not job.per_task and all(t.demand is first for t in tasks):
+        return int(tasks_per_node(room[mask], first).sum()) >= len(tasks)
+    return all(int(tasks_per_node(room[placer.task_mask(t, mask)], t.demand).sum()) >= 1 for t in tasks)
+
+
+# What a node holds of a task that asks for none of the resources counted: plenty, and
+# still summable over any number of nodes.
+_PLENTY = 2**40
+
+
+def tasks_per_node(room: FloatArray, demand: FloatArray) -> np.ndarray:
+    """Per row of `room` (a node), how many tasks asking `demand` it holds, with the
+    bound's rounding slack (the search sums freed room in another order)."""
     cols = np.flatnonzero(demand)
     if not len(cols):
-        return np.iinfo(np.int64).max
-    per_node = np.floor(room[:, cols] / demand[cols]).min(axis=1)
-    return int(np.maximum(per_node, 0).sum())  # an overcommitted node holds none, not fewer
+        return np.full(len(room), _PLENTY, dtype=np.int64)
+    slack = (room[:, cols] + EPS) * (1 + ROOM_SLACK)
+    per_node = np.floor(slack / demand[cols]).min(axis=1)
+    return np.asarray(np.maximum(per_node, 0), dtype=np.int64)  # an overcommitted node holds none

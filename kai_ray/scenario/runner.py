@@ -189,6 +189,8 @@ def apply_plan(snapshot: ClusterSnapshot, plan: Plan, clock: float) -> None:
             changes[(job, b.task)] = (TaskStatus.BINDING, b)
         for p in jp.pipelined:
             changes[(job, p.task)] = (TaskStatus.PIPELINED, p)
+    for tb in plan.taken_back:  # reported as KAI reports it; pending again next round
+        changes[(tb.job, tb.task)] = (TaskStatus.RELEASING, None)
     touched = {job for job, _ in changes}
     snapshot.jobs = [_changed(job, changes, clock) if job.name in touched else job for job in snapshot.jobs]
 

@@ -36,6 +36,7 @@ from kai_ray.core import (
     Evict,
     Pipeline,
     SchedulerConfig,
+    TakeBack,
     TaskStatus,
     run_cycle,
 )
@@ -107,12 +108,15 @@ def replay(snap: SnapshotFile, config: SchedulerConfig | None = None) -> CycleRe
 def decisions_json(result: CycleResult, snap: SnapshotFile | None = None) -> dict[str, Any]:
     """The decisions and the waiting jobs; with the `snap` the cycle ran on, each waiting
     job's queue, place in its queue's line and forecast start too."""
-    binds, evicts, pipelined = [], [], []
+    binds: list[dict[str, Any]] = []
+    evicts: list[dict[str, Any]] = []
+    pipelined: list[dict[str, Any]] = []
+    taken_back: list[dict[str, Any]] = []
     for d in result.decisions:
         if isinstance(d, Bind):
             binds.append({"job": d.job, "task": d.task, "node": d.node})
-        elif isinstance(d, Evict):
-            evicts.append(
+        elif isinstance(d, Evict | TakeBack):
+            (evicts if isinstance(d, Evict) else taken_back).append(
                 {"job": d.job, "task": d.task, "node": d.node, "action": d.action, "reason": d.reason}
             )
         elif isinstance(d, Pipeline):
@@ -122,6 +126,7 @@ def decisions_json(result: CycleResult, snap: SnapshotFile | None = None) -> dic
         "bind": binds,
         "evict": evicts,
         "pipeline": pipelined,
+        "take_back": taken_back,  # placed this cycle, then taken as victims: never started
         "waiting": {
             job: {"code": r.code, "reason": r.text, **details.get(job, {})}
             for job, r in sorted(result.waiting.items())
@@ -206,6 +211,10 @@ def _text(data: dict[str, Any]) -> str:
         for e in data["evict"]
     ]
     lines += [f"pipeline {p['job']}/{p['task']} -> {p['node']}" for p in data["pipeline"]]
+    lines += [
+        f"take back {t['job']}/{t['task']} from {t['node']}, never started ({t['action']}: {t['reason']})"
+        for t in data["take_back"]
+    ]
     if data["waiting"]:
         lines.append(f"{len(data['waiting'])} waiting:")
         for job, w in data["waiting"].items():

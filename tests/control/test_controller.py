@@ -209,3 +209,26 @@ def test_the_longest_finished_are_forgotten_first_and_never_a_live_one(monkeypat
     fresh.at(8).controller.cancel("new")
     fresh.submit("newer")
     assert set(fresh.controller.workloads) == {"c", "waits", "new", "newer"}
+
+
+def test_a_placement_taken_back_in_its_cycle_never_starts_and_says_why() -> None:
+    """One node of 4 GPUs, 2 held by `train`. In one cycle allocate places `j` (2 GPUs) on
+    the free half, and preempt takes it back, with train, for `serve` (priority 125, 4
+    GPUs): j's group is never made, and j waits saying why; serve starts once train
+    is gone, j still waits."""
+    h = make(nodes=1)
+    train = h.submit("train", resources_per_worker={"GPU": 2, "CPU": 1}, grace_period=0)
+    h.at(1).step()
+    h.at(2).step()
+    assert train.state is State.RUNNING
+    h.submit("serve", priority=125)
+    j = h.submit("j", resources_per_worker={"GPU": 2, "CPU": 1})
+    h.at(3).step()
+    assert train.state is State.QUEUED and train.preemptions == 1  # no grace period
+    assert j.state is State.QUEUED and j.reason_code == "taken-back"
+    assert "placed this cycle, then taken back by preempt (preempted by serve in a)" in j.reason
+    assert not any(g.startswith("kai-ray/j/") for g in h.executor.groups)
+    for t in range(4, 8):
+        h.at(t).step()
+    assert h.w("serve").state is State.RUNNING and j.state is State.QUEUED
+    assert not any(g.startswith("kai-ray/j/") for g in h.executor.groups)

@@ -6,7 +6,18 @@ from __future__ import annotations
 import pytest
 
 from kai_ray.control import PlanError, plan_cycle
-from kai_ray.core import Bind, CycleResult, Evict, JobInfo, Pipeline, Reason, Request, TaskInfo, TaskStatus
+from kai_ray.core import (
+    Bind,
+    CycleResult,
+    Evict,
+    JobInfo,
+    Pipeline,
+    Reason,
+    Request,
+    TakeBack,
+    TaskInfo,
+    TaskStatus,
+)
 
 REQ = Request(gpu=1)
 
@@ -73,3 +84,34 @@ def test_decisions_that_cannot_be_applied_are_refused(decision: Bind | Evict, me
 def test_a_task_placed_twice_is_refused() -> None:
     with pytest.raises(PlanError, match="placed twice"):
         plan_cycle(result(Bind("new", "w0", "n0"), Pipeline("new", "w0", "n1")), JOBS)
+
+
+def test_a_placement_taken_back_in_its_cycle_is_only_told() -> None:
+    """A task placed and taken back as a victim in the same cycle never started: the
+    plan carries nothing out for it (no bind, no eviction), and says it was taken back."""
+    back = TakeBack("new", "w0", "n0", "preempt", "preempted by serve in q")
+    plan = plan_cycle(result(back, Pipeline("new", "w1", "n1")), JOBS)
+    assert plan.taken_back == [back]
+    jp = plan.jobs["new"]
+    assert jp.binds == [] and jp.evicted == [] and jp.moved == []
+    assert [p.task for p in jp.pipelined] == ["w1"]
+    alone = plan_cycle(result(back), JOBS)  # nothing to carry out: no plan for the job
+    assert alone.jobs == {} and alone.taken_back == [back]
+
+
+@pytest.mark.parametrize(
+    ("decisions", "message"),
+    [
+        (
+            (TakeBack("run", "w0", "n0", "preempt", "x"),),
+            "TakeBack of task 'w0' of job 'run', which was not pending",
+        ),
+        ((TakeBack("new", "w0", "n0", "preempt", "x"), Bind("new", "w0", "n0")), "decided twice"),
+    ],
+    ids=["a running task", "a task also placed"],
+)
+def test_a_take_back_of_a_task_not_left_pending_is_refused(
+    decisions: tuple[object, ...], message: str
+) -> None:
+    with pytest.raises(PlanError, match=message):
+        plan_cycle(result(*decisions), JOBS)  # type: ignore[arg-type]

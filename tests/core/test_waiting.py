@@ -208,6 +208,23 @@ CASES = [
         config={"preemption_delay_s": 120.0},
     ),
     Case(
+        # Allocate binds j, the one that fits; preempt then takes it back, and the
+        # running job, for the higher-priority gang that needs both GPUs.
+        "placed this cycle, then taken back for a gang of higher priority",
+        ClusterBuilder()
+        .node("n0", gpus=2)
+        .queue("q", gpu_quota=2)
+        .job("train", "q")
+        .running("n0")
+        .job("serve", "q", priority="inference")
+        .pending(2)
+        .job("j", "q")
+        .pending(),
+        "taken-back",
+        "placed this cycle, then taken back by preempt (preempted by serve in q)",
+        actions=("allocate", "preempt"),
+    ),
+    Case(
         "a gang that waited long holds the room; the job would end after its start",
         ClusterBuilder()
         .node("n0", gpus=2)

@@ -19,7 +19,18 @@ from kai_ray.control.snapshotfile import (
     write_snapshot,
 )
 from kai_ray.control.workload import WorkloadSpec
-from kai_ray.core import Evict, QueueInfo, run_cycle
+from kai_ray.core import (
+    ClusterSnapshot,
+    Evict,
+    JobInfo,
+    NodeInfo,
+    QueueInfo,
+    Request,
+    SchedulerConfig,
+    TaskInfo,
+    TaskStatus,
+    run_cycle,
+)
 from kai_ray.sim.cluster import parse_cluster
 from kai_ray.sim.snapshot import decisions_json, replay
 
@@ -167,3 +178,38 @@ def test_the_ray_actor_answers_with_a_snapshot_sim_reads() -> None:
     assert document["source"] == "ray"
     live = build_snapshot(ctl.workloads.values(), ctl.nodes.values(), ctl.queues, ctl.node_label)
     assert back.snapshot == live and back.config == ctl.config
+
+
+def test_sim_tells_a_placement_taken_back_in_its_cycle(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Allocate places j on the one free GPU; preempt takes it back, with train, for the
+    inference gang that needs both: sim lists j under take_back, neither bound nor
+    evicted, and j waits with the reason taken-back."""
+    gpu = Request(gpu=1)
+    snap = ClusterSnapshot(
+        nodes=[NodeInfo("n0", gpus=2)],
+        queues=[QueueInfo(name="q", quota=(2, 0, 0))],
+        jobs=[
+            JobInfo("train", "q", [TaskInfo("train-0", TaskStatus.RUNNING, gpu, "n0", since=-600)]),
+            JobInfo(
+                "serve",
+                "q",
+                [TaskInfo(f"serve-{i}", TaskStatus.PENDING, gpu) for i in range(2)],
+                priority=125,
+            ),
+            JobInfo("j", "q", [TaskInfo("j-0", TaskStatus.PENDING, gpu)]),
+        ],
+    )
+    path = tmp_path / "snap.json"
+    path.write_text(json.dumps(write_snapshot(snap, SchedulerConfig(), 0.0, "test")))
+    assert main(["sim", "--snapshot", str(path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [(t["job"], t["task"], t["action"]) for t in out["take_back"]] == [("j", "j-0", "preempt")]
+    assert all(d["job"] != "j" for d in out["bind"] + out["evict"] + out["pipeline"])
+    assert [e["job"] for e in out["evict"]] == ["train"]
+    assert out["waiting"]["j"]["code"] == "taken-back"
+    assert main(["sim", "--snapshot", str(path)]) == 0
+    assert (
+        "take back j/j-0 from n0, never started (preempt: preempted by serve in q)" in capsys.readouterr().out
+    )

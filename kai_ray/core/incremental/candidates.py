@@ -98,7 +98,7 @@ class KeptCandidates:
             self._came = {id(j): j for j in ctx.state.jobs if j.active_count and may_be_victim(j)}
         touched = ctx.stmt.touched_jobs
         self._settle(touched)
-        redone = self._touched(touched)
+        redone = self._touched(touched, ctx.policy.may_be_victim)
         if redone:
             return self._made(self._patched(redone), settled=False)
         if self._built is None:
@@ -144,15 +144,18 @@ class KeptCandidates:
         order = self._victim_order()
         return [(order(u), job.order, i, u) for i, u in enumerate(units)]
 
-    def _touched(self, jobs: Iterable[Job]) -> dict[int, list[Entry]]:
+    def _touched(self, jobs: Iterable[Job], may_be_victim: Callable[[Job], bool]) -> dict[int, list[Entry]]:
         """This cycle's units of the candidate jobs it touched where they are not those
         settled in (or none are): made again."""
         redone: dict[int, list[Entry]] = {}
         for job in jobs:
             kept = self._by_job.get(id(job))
-            if kept is None and id(job) not in self._came:  # no task of it runs (none starts inside a cycle)
+            # A job none of whose tasks ran: a candidate only by what the cycle placed.
+            if kept is None and id(job) not in self._came and not may_be_victim(job):
                 continue
             units = victim_units([job], self._victim_order())
+            if kept is None and not units:
+                continue
             if kept is None or not _same(units, [entry[3] for entry in kept]):
                 redone[id(job)] = self._entries_of(job, units)
         return redone
