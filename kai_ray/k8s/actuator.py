@@ -6,8 +6,9 @@ scale-down, so that KubeRay does not make the pods again (kai_ray.k8s.suspension
 other pod through the Eviction API; an Event on each pod says why. Then bindings (a
 suspended gang the cycle admits is resumed instead), sent concurrently on kept-alive
 connections (kai_ray.k8s.client), a shared GPU's device held by a reservation pod
-before the first pod that shares it. A binding sent but not yet seen in the pods' watch
-is assumed by the ClusterSource, so the next cycle does not place the pod twice. Then
+before the first pod that shares it. A binding being sent, and one whose answer was lost,
+is assumed by the ClusterSource until the pods' watch says, so that the next cycle
+neither places the pod twice nor gives its room to another. Then
 what people and autoscalers read: pod conditions, Events on the gangs' owners and the
 Queues' status (kai_ray.k8s.report), and GPU sharing's ConfigMaps and reservations.
 """
@@ -19,6 +20,8 @@ import logging
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import aiohttp
 
 from kai_ray.control.forecast import Eta
 from kai_ray.control.planner import JobPlan, Plan
@@ -45,6 +48,7 @@ STOP_RETRY_S = 120.0  # a gang stopped at max runtime and still there is stopped
 __all__ = ["ActuatorStats", "KubeActuator"]
 
 log = logging.getLogger(__name__)
+UNCERTAIN_WAIT_S = 2.0  # after a binding's answer was lost, before its pod is asked
 
 
 @dataclass(slots=True)
@@ -64,10 +68,13 @@ class KubeActuator:
         self.reporter = Reporter(kube, in_flight)
         self.stats = ActuatorStats()
         self._stopping: dict[str, float] = {}  # gang id -> when it was stopped (not gone yet)
+        # Bindings sent whose answer was lost: pod uid -> (namespace, name, when sent).
+        self._uncertain: dict[str, tuple[str, str, float]] = {}
         # The forecast of when waiting gangs start (ObservedLifecycle's), for their messages.
         self.etas: Callable[[float, Collection[str]], Mapping[str, Eta]] | None = None
 
     async def apply(self, plan: Plan, result: CycleResult, now: float) -> None:
+        await self._settle_uncertain(now)
         await self._stop_overrunning(now)
         evictions = [(job, e) for job, jp in plan.jobs.items() for e in _evictions(jp)]
         binds = [(job, b.task, b.node, b.gpu_group) for job, jp in plan.jobs.items() for b in jp.binds]
@@ -110,14 +117,51 @@ class KubeActuator:
                 f"/api/v1/namespaces/{ns}/pods/{name}",
                 {"metadata": {"annotations": {GPU_GROUP_ANNOTATION: str(gpu_group)}}},
             )
+        # Assumed before it is sent: a binding whose answer is lost (the connection cut,
+        # the server restarting) may have been made, and the room must not be given
+        # twice meanwhile; the watch, or ASSUME_TTL, settles it.
+        self.source.assume(uid, node, now)
         try:
             await self.kube.bind(ns, name, node, uid)
         except ApiError as exc:
             if exc.status == 409:  # bound already (by an earlier life of this operator)
                 return
+            if exc.status < 500:  # refused: not bound
+                self.source.unassume(uid)
+            else:
+                self._uncertain[uid] = (ns, name, now)
             raise
-        self.source.assume(uid, node, now)
+        except aiohttp.ClientConnectorError:  # never reached the server: not bound
+            self.source.unassume(uid)
+            raise
+        except Exception:  # the answer is lost: bound or not, the pod itself says
+            self._uncertain[uid] = (ns, name, now)
+            raise
         self.stats.bound += 1
+
+    async def _settle_uncertain(self, now: float) -> None:
+        """Bindings whose answer was lost, asked of their pods once the server answers
+        again (UNCERTAIN_WAIT_S after, so that one still queued in a server is done): not
+        bound, the room is free again at once rather than after ASSUME_TTL."""
+        due = [(uid, at) for uid, at in self._uncertain.items() if now - at[2] >= UNCERTAIN_WAIT_S]
+        if not due:
+            return
+
+        async def settle(uid: str, ns: str, name: str) -> None:
+            try:
+                pod = await self.kube.get(f"/api/v1/namespaces/{ns}/pods/{name}")
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+                pod = None
+            del self._uncertain[uid]
+            if pod is None or pod["metadata"].get("uid") != uid or not pod["spec"].get("nodeName"):
+                self.source.unassume(uid)
+
+        calls = [settle(uid, ns, name) for uid, (ns, name, _) in due]
+        for outcome in await gather_limited(calls, self.in_flight):
+            if isinstance(outcome, BaseException):
+                log.debug("asking a pod whether its binding was made: %s", outcome)
 
     # ------------------------------------------------------------ max runtime
 

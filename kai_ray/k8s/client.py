@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
@@ -39,13 +40,15 @@ MAX_BUSY_RETRIES = 10  # 429 Too Many Requests: tried again this many times
 
 
 def run_async(main: Coroutine[Any, Any, T]) -> T:
-    """asyncio.run, on uvloop's event loop where it is installed (the kubernetes extra
-    brings it): an operator's time goes to many small requests and watch events, and
-    uvloop's loop takes about half of asyncio's own per event."""
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - the kubernetes extra installs it
+    """asyncio.run, on asyncio's own event loop; on uvloop's when KAI_RAY_UVLOOP=1 asks
+    for it. uvloop's loop takes about half of asyncio's time per event, but aborts the
+    whole process (libuv's assertion `loop->watchers[w->fd] == w`, uvloop issue #424)
+    when hundreds of requests fail at once, as every binding in flight does when the API
+    server goes away (tests/k8s/test_faults.py): an operator must outlive its server."""
+    if os.environ.get("KAI_RAY_UVLOOP") != "1":
         return asyncio.run(main)
+    import uvloop
+
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(main)
 

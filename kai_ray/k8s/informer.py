@@ -60,6 +60,7 @@ class Informer:
                     await asyncio.sleep(ABSENT_RETRY)
                     continue
                 await self._watch_until_gone()
+                log.info("watch of %s: version %s is gone (410); listing again", self.path, self._version)
                 self._version = ""  # 410 Gone: what happened since is lost; list again
             except asyncio.CancelledError:
                 raise

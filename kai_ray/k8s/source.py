@@ -132,11 +132,19 @@ class KubeSource:
     # ------------------------------------------------------------ the actuator's
 
     def assume(self, uid: str, node: str, now: float) -> None:
-        """A binding was sent: the pod is on `node` until the watch says otherwise."""
+        """A binding is being sent: the pod is on `node` until the watch says otherwise
+        (or ASSUME_TTL passes), whether or not its answer comes back."""
         self.assumed[uid] = (node, now)
         key = self.index.uids.get(uid)
         if key is not None:
             self._pods.add(key)
+
+    def unassume(self, uid: str) -> None:
+        """The binding was refused, or never reached the server: the pod is not bound."""
+        if self.assumed.pop(uid, None) is not None:
+            key = self.index.uids.get(uid)
+            if key is not None:
+                self._pods.add(key)
 
     def hold_room(self, gang: str, node: str) -> None:
         """The room for a RayJob's submitter, held on `node` until its pod comes."""

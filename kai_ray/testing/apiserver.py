@@ -12,6 +12,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
@@ -40,6 +41,16 @@ def components() -> dict[str, str]:
 def apiserver_binary() -> str:
     """The cached kube-apiserver ($KAI_RAY_APISERVER names another one explicitly)."""
     return os.environ.get("KAI_RAY_APISERVER") or components()["kube-apiserver"]
+
+
+def _post_json(url: str, body: dict[str, Any]) -> dict[str, Any]:
+    """One call of etcd's JSON gateway (the v3 API over HTTP)."""
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=10) as resp:
+        answer: dict[str, Any] = json.loads(resp.read())
+    return answer
 
 
 def _free_port() -> int:
@@ -91,6 +102,11 @@ class ApiServer:
         self.url = f"https://127.0.0.1:{self.port}"
         self.kubeconfig = str(self.dir / "kubeconfig")
         self._procs: list[subprocess.Popen[bytes]] = []
+        # By name ("etcd", "apiserver"): the command each was started with, and its
+        # process, so that a test may kill one and start it again (kill, restart).
+        self._argv: dict[str, list[str]] = {}
+        self._named: dict[str, subprocess.Popen[bytes]] = {}
+        self.etcd_url = ""
 
     def __enter__(self) -> ApiServer:
         self.start()
@@ -102,6 +118,7 @@ class ApiServer:
     def start(self) -> None:
         binary = apiserver_binary()
         etcd_client, etcd_peer = _free_port(), _free_port()
+        self.etcd_url = f"http://127.0.0.1:{etcd_client}"
         etcd = components()["etcd"]
         self._spawn(
             "etcd",
@@ -183,8 +200,38 @@ class ApiServer:
         return str(path)
 
     def _spawn(self, name: str, argv: list[str]) -> None:
-        log = open(self.dir / f"{name}.log", "wb")  # noqa: SIM115 - lives as long as the process
-        self._procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT))
+        log = open(self.dir / f"{name}.log", "ab")  # noqa: SIM115 - lives as long as the process
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        self._procs.append(proc)
+        self._argv[name], self._named[name] = argv, proc
+
+    # ------------------------------------------------------------ faults (tests)
+
+    def kill(self, name: str) -> None:
+        """SIGKILL "etcd" or "apiserver", as a crash would, and wait for it to be gone."""
+        proc = self._named[name]
+        proc.kill()
+        proc.wait(timeout=10)
+        self._procs.remove(proc)
+
+    def freeze(self, name: str, frozen: bool = True) -> None:
+        """SIGSTOP "etcd" or "apiserver" (its connections stay open and every request on
+        them hangs, as behind a black hole), or SIGCONT it (`frozen=False`)."""
+        self._named[name].send_signal(signal.SIGSTOP if frozen else signal.SIGCONT)
+
+    def restart(self, name: str) -> None:
+        """Start "etcd" or "apiserver" again as it was started (same ports, same data),
+        and wait until the API server answers ready."""
+        self._spawn(name, self._argv[name])
+        self._wait_ready()
+
+    def compact(self) -> int:
+        """Compact etcd up to its current revision (every older version is gone: a watch
+        resumed from one is answered 410 Gone). Returns that revision."""
+        head = _post_json(f"{self.etcd_url}/v3/kv/range", {"key": "AA=="})
+        revision = int(head["header"]["revision"])
+        _post_json(f"{self.etcd_url}/v3/kv/compaction", {"revision": revision, "physical": True})
+        return revision
 
     def _keys(self) -> None:
         key, pub = self.dir / "sa.key", self.dir / "sa.pub"

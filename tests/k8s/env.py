@@ -124,7 +124,8 @@ class K8sEnv:
 
     def spawn_operator(self, *args: str, kubeconfig: str | None = None, log: Path) -> subprocess.Popen[bytes]:
         """`kai-ray operator` as a process of its own, its output appended to `log`."""
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        # A crash below Python (an abort in an extension) still leaves a traceback in the log.
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"}
         lease = () if any("leader-elect" in a for a in args) else FAST_LEASE
         out = open(log, "ab")  # noqa: SIM115 - the process keeps it
         return subprocess.Popen(

@@ -5,85 +5,15 @@ from __future__ import annotations
 
 import signal
 import time
-from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from kai_ray.k8s.client import gather_limited
 from kai_ray.k8s.suspension import SUSPENDED_BY
+from tests.k8s.burst import GPUS, NODES, PODS_PER_GANG, by_gang, gang_pod, gpus_per_node, make_gangs, partial
 from tests.k8s.env import NS, K8sEnv, bound, cluster_spec, group
 
 pytestmark = pytest.mark.k8s
-GANGS, PODS_PER_GANG, NODES, GPUS = 100, 4, 12, 8  # room for 24 of the 100 gangs
-
-
-def _make_gangs(k8s: K8sEnv) -> None:
-    """100 RayClusters' pods, made as KubeRay makes them, before the operator starts."""
-
-    async def make() -> None:
-        clusters = await gather_limited(
-            [
-                k8s.kube.create(
-                    f"/apis/ray.io/v1/namespaces/{NS}/rayclusters",
-                    {
-                        "apiVersion": "ray.io/v1",
-                        "kind": "RayCluster",
-                        "metadata": {"name": f"g{i:03d}", "namespace": NS},
-                        "spec": cluster_spec(group("w", replicas=PODS_PER_GANG - 1)),
-                    },
-                )
-                for i in range(GANGS)
-            ],
-            16,
-        )
-        pods = [
-            _gang_pod(rc["metadata"]["name"], rc["metadata"]["uid"], j)
-            for rc in clusters
-            for j in range(PODS_PER_GANG)
-        ]
-        results = await gather_limited(
-            [k8s.kube.create(f"/api/v1/namespaces/{NS}/pods", p) for p in pods], 32
-        )
-        assert not [r for r in results if isinstance(r, BaseException)]
-
-    k8s.run(make(), timeout=120)
-
-
-def _gang_pod(cluster: str, uid: str, j: int) -> dict[str, Any]:
-    """Pod j of a RayCluster's gang (0: the head), one GPU each, made as KubeRay makes them."""
-    owner = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": cluster, "uid": uid, "controller": True}
-    labels = {
-        "ray.io/cluster": cluster,
-        "ray.io/group": "headgroup" if j == 0 else "w",
-        "ray.io/node-type": "head" if j == 0 else "worker",
-    }
-    gpu = {"requests": {"cpu": "1", "nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": f"{cluster}-{j}", "namespace": NS, "labels": labels, "ownerReferences": [owner]},
-        "spec": {
-            "schedulerName": "kai-scheduler",
-            "containers": [{"name": "ray", "image": "ray", "resources": gpu}],
-        },
-    }
-
-
-def _by_gang(pods: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    gangs: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for p in pods:
-        gangs[p["metadata"]["labels"]["ray.io/cluster"]].append(p)
-    return gangs
-
-
-def _partial(pods: list[dict[str, Any]]) -> list[str]:
-    return sorted(g for g, ps in _by_gang(pods).items() if 0 < len(bound(ps)) < len(ps))
-
-
-def _gpus_per_node(pods: list[dict[str, Any]]) -> Counter[str]:
-    return Counter(p["spec"]["nodeName"] for p in bound(pods))
 
 
 def test_operator_killed_while_binding_leaves_no_partial_gang(k8s: K8sEnv) -> None:
@@ -91,35 +21,35 @@ def test_operator_killed_while_binding_leaves_no_partial_gang(k8s: K8sEnv) -> No
         k8s.node(f"n{i:02d}", gpus=GPUS, cpu="64")
     k8s.queue("default-parent-queue", gpu=-1)
     k8s.queue("default-queue", gpu=-1, parent="default-parent-queue")
-    _make_gangs(k8s)
+    make_gangs(k8s)
     k8s.start_fakes(kuberay=False)
     k8s.start_operator()
     k8s.wait_for("the first bindings", lambda: bound(k8s.pods()), timeout=60)
     k8s.stop_operator(signal.SIGKILL)  # in the middle of the first cycle's bindings
     at_kill = k8s.pods()
-    partial_at_kill = _partial(at_kill)
+    partial_at_kill = partial(at_kill)
     print(f"at the kill: {len(bound(at_kill))} pods bound, {len(partial_at_kill)} gangs partly bound")
 
     k8s.start_operator()
     fits = NODES * GPUS // PODS_PER_GANG
     k8s.wait_for(
         "every gang that fits bound whole",
-        lambda: len(bound(k8s.pods())) == fits * PODS_PER_GANG and not _partial(k8s.pods()),
+        lambda: len(bound(k8s.pods())) == fits * PODS_PER_GANG and not partial(k8s.pods()),
         timeout=90,
     )
     time.sleep(2)  # a few more cycles: nothing changes
     pods = k8s.pods()
-    assert _partial(pods) == []
-    assert max(_gpus_per_node(pods).values()) <= GPUS  # no node holds more than it has: nothing bound twice
+    assert partial(pods) == []
+    assert max(gpus_per_node(pods).values()) <= GPUS  # no node holds more than it has: nothing bound twice
     assert len(bound(pods)) == fits * PODS_PER_GANG
 
     # Room returns: every remaining gang is bound once it fits.
-    done = [g for g, ps in _by_gang(pods).items() if bound(ps)]
+    done = [g for g, ps in by_gang(pods).items() if bound(ps)]
     for gang in done:
-        for p in _by_gang(pods)[gang]:
+        for p in by_gang(pods)[gang]:
             k8s.delete(f"/api/v1/namespaces/{NS}/pods/{p['metadata']['name']}")
     k8s.wait_for("the next gangs bound", lambda: len(bound(k8s.pods())) == fits * PODS_PER_GANG, timeout=90)
-    assert _partial(k8s.pods()) == []
+    assert partial(k8s.pods()) == []
 
 
 def test_a_partly_bound_gang_that_no_longer_fits_is_suspended_whole(k8s: K8sEnv, tmp_path: Path) -> None:
@@ -137,7 +67,7 @@ def test_a_partly_bound_gang_that_no_longer_fits_is_suspended_whole(k8s: K8sEnv,
         },
     )
     for j in range(4):
-        k8s.create(f"/api/v1/namespaces/{NS}/pods", _gang_pod("half", rc["metadata"]["uid"], j))
+        k8s.create(f"/api/v1/namespaces/{NS}/pods", gang_pod("half", rc["metadata"]["uid"], j))
     for j in range(2):  # the operator died after binding two of the four
         k8s.run(k8s.kube.bind(NS, f"half-{j}", "n0"))
     k8s.create(
