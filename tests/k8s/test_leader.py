@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from kai_ray.testing.apiserver import ApiServer
+from tests.k8s.burst import by_gang, gang_pod, partial
 from tests.k8s.env import FAST_LEASE, NS, K8sEnv, bound, cluster_spec, group
 from tests.k8s.test_login import ACCOUNT_NS, account, bound_token, gpu_pod, kubeconfig
-from tests.k8s.test_restart import _by_gang, _gang_pod, _partial
 
 pytestmark = pytest.mark.k8s
 LEASE = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/kai-ray"
@@ -110,7 +110,7 @@ def _owners(k8s: K8sEnv, count: int) -> list[tuple[str, str]]:
 def _submit(k8s: K8sEnv, owners: list[tuple[str, str]], pause: float = 0.0) -> None:
     for name, uid in owners:
         for j in range(PODS_PER_GANG):
-            k8s.create(f"/api/v1/namespaces/{NS}/pods", _gang_pod(name, uid, j))
+            k8s.create(f"/api/v1/namespaces/{NS}/pods", gang_pod(name, uid, j))
         time.sleep(pause)
 
 
@@ -199,7 +199,7 @@ def test_the_leader_killed_in_a_burst_the_standby_finishes_it(
     replicas.procs[leader].send_signal(signal.SIGKILL)
     killed_at = time.time()
     at_kill = k8s.pods()
-    partly = len(_partial(at_kill))
+    partly = len(partial(at_kill))
     print(f"at the kill: {len(bound(at_kill))} of {len(at_kill)} pods bound, {partly} gangs partly")
     assert 0 < len(bound(at_kill)) < gangs * PODS_PER_GANG
 
@@ -228,7 +228,7 @@ def test_the_leader_killed_in_a_burst_the_standby_finishes_it(
             f"{len(pods)} pods, not bound: {waiting}, gone: {gone}, events: {reasons}"
         ) from None
     pods = k8s.pods()
-    assert _partial(pods) == [] and len(_by_gang(pods)) == gangs
+    assert partial(pods) == [] and len(by_gang(pods)) == gangs
     bindings = _assert_bound_once(k8s, pods)
     # The dead leader's bindings all before its death; the standby's all after it led.
     by_user: dict[str, list[float]] = {}
