@@ -341,7 +341,7 @@ def _reclaim_search(
         action="reclaim",
         candidates=candidates,
         victims=lambda: candidates.taken_by(
-            victim_inputs(job, "reclaim"), lambda u: policy.may_reclaim_from(job, u.job)
+            victim_inputs(job, "reclaim"), lambda u: _ran(u) and policy.may_reclaim_from(job, u.job)
         ),
         eligible_queue=eligible,
         min_runtime=lambda u: tree.reclaim_min_runtime_for(job.queue, u.job.queue),
@@ -466,3 +466,13 @@ EVICTION_ACTIONS = {
     "preempt": preempt,
     "stalegangeviction": stale_gang_eviction,
 }
+
+
+def _ran(u: Unit) -> bool:
+    """Reclaim takes only what ran before the cycle began. KAI's reclaim takes the
+    cycle's own placements too; kai-ray's preempt and consolidation do, its reclaim does
+    not: after an allocate that placed thousands of jobs across many queues, each
+    waiting job's reclaim would play a scenario per just-placed victim, nearly all of
+    which give their room straight back (the dashboard's 10,000-workload board took
+    minutes). Six corpus states differ for it (docs/semantics.md)."""
+    return all(t.status is TaskStatus.RUNNING for t in u.tasks)

@@ -46,7 +46,14 @@ from kai_ray.core.victims import Allowed, EvictReason, GivingOrder, Unit
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-__all__ = ["Scenario", "Terms", "solve"]
+__all__ = ["SIMULATIONS_PER_SEARCH", "Scenario", "Terms", "solve"]
+
+# How many scenarios one job's search may simulate, all counts and generators together
+# (KAI bounds its searches too, by time: maxJobSearchDuration; a count keeps the cycle
+# pure). A search through hundreds of victims that each take their room straight back
+# (placements of the same cycle, in a cycle that placed thousands) would otherwise play
+# a scenario per victim; the job waits for the next cycle instead.
+SIMULATIONS_PER_SEARCH = 64
 
 # A scenario's victims, as the simulation left them: stopped, and moved elsewhere.
 Validate = Callable[["Scenario"], bool]
@@ -91,6 +98,7 @@ def solve(ctx: CycleContext, job: Job, tasks: list[Task], terms: Terms) -> Scena
     stmt = ctx.stmt
     start = stmt.checkpoint()
     failed: set[tuple[int, frozenset[int], frozenset[int]]] = set()
+    budget = [SIMULATIONS_PER_SEARCH]
     from kai_ray.core.scenarios import GENERATORS  # they read Terms from here
 
     for generate in GENERATORS:
@@ -99,7 +107,7 @@ def solve(ctx: CycleContext, job: Job, tasks: list[Task], terms: Terms) -> Scena
 
         def probe(k: int, generate: Generator = generate) -> bool:
             nonlocal recorded, whole
-            found = _solve_partial(ctx, job, tasks[:k], recorded, terms, generate, failed)
+            found = _solve_partial(ctx, job, tasks[:k], recorded, terms, generate, failed, budget)
             if found is not None and k == len(tasks):
                 whole = found  # KAI solves all of them again from these victims: the same
                 return True
@@ -111,7 +119,7 @@ def solve(ctx: CycleContext, job: Job, tasks: list[Task], terms: Terms) -> Scena
 
         if _most_solvable(len(tasks), probe) == 0:
             continue
-        found = whole or _solve_partial(ctx, job, tasks, recorded, terms, generate, failed)
+        found = whole or _solve_partial(ctx, job, tasks, recorded, terms, generate, failed, budget)
         if found is not None:
             if any(t.status is TaskStatus.PIPELINED for t in tasks):
                 stmt.pipeline_job(job)
@@ -149,6 +157,7 @@ def _solve_partial(
     terms: Terms,
     generate: Generator,
     failed: set[tuple[int, frozenset[int], frozenset[int]]],
+    budget: list[int],
 ) -> Scenario | None:
     rec = frozenset(id(u) for u in recorded)
     bound = _RoomBound(ctx, tasks, recorded)
@@ -169,6 +178,9 @@ def _solve_partial(
         if not bound.enough(victims):  # the simulation could not place them
             failed.add(key)
             continue
+        if budget[0] <= 0:
+            return None  # the job's search budget is spent: it waits for the next cycle
+        budget[0] -= 1
         found = _simulate(ctx, job, tasks, victims, terms)
         if found is not None:
             return found
