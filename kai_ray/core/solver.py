@@ -280,10 +280,7 @@ def _simulate(
             break
         stmt.rollback(mark)
         kept |= back
-        steps = {
-            k: [c for c in ([t for t in chunk if id(t) not in back] for chunk in cs) if c]
-            for k, cs in steps.items()
-        }
+        steps = {k: _without(cs, back) for k, cs in steps.items()}
     _stop_growth(stmt, steps or {})
     scenario = _scenario(victims, kept)
     if terms.valid(scenario):
