@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The two commands a newcomer needs, each doing all of its own set-up:
 #   ./dev.sh demo   install kai-ray and run the demo (a local Ray cluster, queues, preemption)
+#   ./dev.sh demo --kubernetes   the KubeRay story on a local Kubernetes API server
 #   ./dev.sh test   install kai-ray with its test tools and run every check and test
 # Both work on a fresh Debian machine with Python 3.11; the virtual environment lives in .venv.
 set -euo pipefail
@@ -42,8 +43,11 @@ ensure_chromium() {
 case "${1:-}" in
   demo)
     ensure_venv
-    "$VENV/bin/pip" install -q -e '.[ray]'
     shift
+    case " $* " in
+      *" --kubernetes "*) "$VENV/bin/pip" install -q -e '.[kubernetes]' ;;  # no Ray needed
+      *) "$VENV/bin/pip" install -q -e '.[ray]' ;;
+    esac
     exec "$VENV/bin/kai-ray" demo "$@"
     ;;
   test)

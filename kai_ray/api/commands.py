@@ -71,6 +71,13 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
         "fair share and preemption end to end",
     )
     demo.add_argument("--quick", action="store_true", help="shorter waits (for tests)")
+    demo.add_argument(
+        "--kubernetes",
+        action="store_true",
+        help="the KubeRay story instead, on a local Kubernetes API server with KubeRay's operator "
+        "(components built on first use)",
+    )
+    demo.add_argument("--port", type=int, default=8270, help="the dashboard's port (--kubernetes)")
     demo.set_defaults(func=_demo)
 
 
@@ -219,6 +226,10 @@ def _cancel(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    if args.kubernetes:
+        from kai_ray.api.kubedemo import run_kubernetes_demo
+
+        return run_kubernetes_demo(quick=args.quick, port=args.port)
     from kai_ray.api.demo import run_demo
 
     return run_demo(quick=args.quick)

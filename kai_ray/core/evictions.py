@@ -247,17 +247,18 @@ def reclaim(ctx: CycleContext) -> None:
     candidates = ActionCandidates(ctx)
     giving = GivingOrder(ctx)
     held = HeldBack(ctx, "reclaim", failed)
+    takes = _reclaimable(ctx)
 
     def verdicts(job: Job) -> tuple[object, ...]:
         gang = job.next_step()
-        search = _reclaim_search(ctx, job, ctx.amount(gang), candidates, giving)
+        search = _reclaim_search(ctx, job, ctx.amount(gang), candidates, giving, takes)
         return search.verdicts(search.victims())
 
     each_waiting_gang(
         ctx,
         "reclaim",
         failed,
-        lambda job: _reclaim_for(ctx, job, candidates, giving, failed, held),
+        lambda job: _reclaim_for(ctx, job, candidates, giving, failed, held, takes),
         _no_reason_of_its_own(failed),
         ctx.policy.may_reclaim_from,
         verdicts,
@@ -284,6 +285,7 @@ def _reclaim_for(
     giving: GivingOrder,
     failed: FailedSearches,
     held: HeldBack,
+    takes: Callable[[Unit], bool],
 ) -> bool:
     state, shares, policy = ctx.state, ctx.shares, ctx.policy
     gang = job.next_step()
@@ -298,11 +300,16 @@ def _reclaim_for(
         failed.add(search_key(job, gang, "reclaim"), None, Grounds.SHARE)
         return False
 
-    return make_room(ctx, job, _reclaim_search(ctx, job, amount, candidates, giving), failed, held)
+    return make_room(ctx, job, _reclaim_search(ctx, job, amount, candidates, giving, takes), failed, held)
 
 
 def _reclaim_search(
-    ctx: CycleContext, job: Job, amount: np.ndarray, candidates: ActionCandidates, giving: GivingOrder
+    ctx: CycleContext,
+    job: Job,
+    amount: np.ndarray,
+    candidates: ActionCandidates,
+    giving: GivingOrder,
+    takes: Callable[[Unit], bool],
 ) -> VictimSearch:
     state, shares, tree, policy = ctx.state, ctx.shares, ctx.state.tree, ctx.policy
     # My side is judged as it stood before this job's tasks were placed.
@@ -341,7 +348,7 @@ def _reclaim_search(
         action="reclaim",
         candidates=candidates,
         victims=lambda: candidates.taken_by(
-            victim_inputs(job, "reclaim"), lambda u: _ran(u) and policy.may_reclaim_from(job, u.job)
+            victim_inputs(job, "reclaim"), lambda u: takes(u) and policy.may_reclaim_from(job, u.job)
         ),
         eligible_queue=eligible,
         min_runtime=lambda u: tree.reclaim_min_runtime_for(job.queue, u.job.queue),
@@ -468,11 +475,23 @@ EVICTION_ACTIONS = {
 }
 
 
-def _ran(u: Unit) -> bool:
-    """Reclaim takes only what ran before the cycle began. KAI's reclaim takes the
-    cycle's own placements too; kai-ray's preempt and consolidation do, its reclaim does
-    not: after an allocate that placed thousands of jobs across many queues, each
-    waiting job's reclaim would play a scenario per just-placed victim, nearly all of
-    which give their room straight back (the dashboard's 10,000-workload board took
-    minutes). Six corpus states differ for it (docs/semantics.md)."""
-    return all(t.status is TaskStatus.RUNNING for t in u.tasks)
+# Past this many jobs placed earlier in the cycle, reclaim takes only what ran before it.
+RECLAIM_PLACED_UP_TO = 64
+
+
+def _reclaimable(ctx: CycleContext) -> Callable[[Unit], bool]:
+    """What reclaim may take, by how the cycle went so far. As KAI: running work and the
+    cycle's own placements (a job of another queue that allocate just placed is reclaimed
+    in the same cycle, rather than started and stopped a cycle later). But after an
+    allocate that placed more than RECLAIM_PLACED_UP_TO jobs, only what ran before the
+    cycle: each waiting job's search would play a scenario per just-placed victim,
+    nearly all of which give their room straight back (a burst of thousands of jobs
+    across many queues took minutes a cycle); the reclaimer waits one cycle instead."""
+    placed = sum(1 for j in ctx.stmt.touched_jobs if any(_placed_now(t) for t in j.tasks))
+    if placed <= RECLAIM_PLACED_UP_TO:
+        return lambda u: True
+    return lambda u: not any(_placed_now(t) for t in u.tasks)
+
+
+def _placed_now(t: Task) -> bool:
+    return t.status is not TaskStatus.RUNNING and t.takeable

@@ -40,7 +40,7 @@ from kai_ray.core.context import CycleContext
 from kai_ray.core.jobqueues import JobQueues
 from kai_ray.core.model import TaskStatus
 from kai_ray.core.statement import Statement
-from kai_ray.core.victimpool import ROOM_SLACK, room_holds, tasks_per_node
+from kai_ray.core.victimpool import ROOM_SLACK, fractions_may_fit, room_holds, tasks_per_node
 from kai_ray.core.victims import Allowed, EvictReason, GivingOrder, Unit
 
 if TYPE_CHECKING:
@@ -261,6 +261,7 @@ def _simulate(
     first time."""
     stmt = ctx.stmt
     mark = stmt.checkpoint()
+    before = stmt.state_mark  # which jobs wait: the evictions below change none of it
     kept: set[int] = set()  # victim tasks that came back where they ran
     steps: dict[int, list[list[Task]]] | None = None  # per victim job, what allocate places again
     while True:
@@ -272,7 +273,7 @@ def _simulate(
                     evicted.setdefault(id(u.job), []).append(t)
         if steps is None:
             steps = {k: _steps(ts, terms.action) for k, ts in evicted.items()}
-        back = _allocate_over(ctx, job, tasks, evicted, steps, terms)
+        back = _allocate_over(ctx, job, tasks, evicted, steps, terms, before)
         if back is None:
             stmt.rollback(mark)
             return None
@@ -347,6 +348,7 @@ def _allocate_over(
     evicted: dict[int, list[Task]],
     steps: dict[int, list[list[Task]]],
     terms: Terms,
+    state: int,
 ) -> set[int] | None:
     """The next allocate played over the job and its victims' jobs: None when the job
     does not fit; else the victim tasks placed back where they ran.
@@ -355,7 +357,8 @@ def _allocate_over(
     the job, queue by queue. Only the job and its victims act; the others are passed
     over, but while one heads its queue the queue is ranked with it, so where a victim
     stands against the job is where allocate would put it (a queue whose head asks for
-    little may come first, and its victim takes its room back)."""
+    little may come first, and its victim takes its room back). `state`: the Statement's
+    state mark before the victims were evicted (which jobs wait)."""
     victim_jobs = {k: ts[0].job for k, ts in evicted.items()}
     acting = {id(job), *victim_jobs}
     mine = [job, *victim_jobs.values()]
@@ -374,10 +377,11 @@ def _allocate_over(
             return ctx.rank(q, j)
         return policy.queue_rank(ctx.state, rows, q, amount)
 
-    lines = ctx.walk_line().lines(ctx.stmt.touched_jobs, mine, lambda j: j.pending_count > 0)
+    lines = ctx.walk_line().lines(ctx.stmt.touched_jobs, mine, lambda j: j.pending_count > 0, state)
     order = JobQueues(ctx.state, rank, lines, policy.job_order, ctx.forget)
     back: set[int] = set()
     left = len(acting)
+    waits = True  # the job is still to come
     ctx.placer.all_room = ctx.stmt.idle_as_kai()
     try:
         while left and (turn := order.next_job()) is not None:
@@ -386,10 +390,13 @@ def _allocate_over(
                 if turn is job:
                     if not _place(ctx, job, tasks, terms):
                         return None
+                    waits = False
                 else:
                     chunks = todo.get(id(turn), [])
                     placed, came_back = _place_again(ctx, chunks.pop(0) if chunks else [], terms.action)
                     back |= came_back
+                    if placed and waits and not _may_still_fit(ctx, tasks):
+                        return None  # the victim took its room back (or other room) first
                     if placed and chunks:  # an elastic job goes back in line for its next task
                         asks[id(turn)] = ctx.amount(chunks[0]).tolist()
                         left += 1
@@ -401,6 +408,17 @@ def _allocate_over(
         for j in mine:
             ctx.forget(j)
     return back
+
+
+def _may_still_fit(ctx: CycleContext, tasks: list[Task]) -> bool:
+    """Whether the job's tasks might still fit the room left once a victim took its
+    own back (an upper bound, victimpool.room_holds): in a reclaim after an allocate that
+    placed many jobs, the victim's queue usually comes first in the play and takes its
+    room straight back; the play then ends there rather than walk on to the job."""
+    if any(t.fraction_request for t in tasks):
+        return fractions_may_fit(ctx, tasks)
+    nodes = ctx.state.nodes
+    return room_holds(ctx, tasks, nodes.idle + nodes.releasing)
 
 
 def _place(ctx: CycleContext, job: Job, tasks: list[Task], terms: Terms) -> bool:

@@ -22,12 +22,14 @@ only some of the candidates and may place some again, never making more room.
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from kai_ray.core.cluster import EPS, FloatArray, Job, Task
+from kai_ray.core.gpushare import device_shares
 from kai_ray.core.hooks import Unit
 
 if TYPE_CHECKING:  # the context holds the shared candidates; victims.py holds the pools
@@ -41,6 +43,7 @@ __all__ = [
     "Piece",
     "SharedUnits",
     "VictimPool",
+    "fractions_may_fit",
     "room_holds",
     "tasks_per_node",
     "unit_piece",
@@ -351,6 +354,32 @@ def room_holds(ctx: CycleContext, tasks: Sequence[Task], room: FloatArray) -> bo
     if not job.per_task and all(t.demand is first for t in tasks):
         return int(tasks_per_node(room[mask], first).sum()) >= len(tasks)
     return all(int(tasks_per_node(room[placer.task_mask(t, mask)], t.demand).sum()) >= 1 for t in tasks)
+
+
+def fractions_may_fit(ctx: CycleContext, tasks: Sequence[Task]) -> bool:
+    """Whether tasks sharing a device's fraction might fit the room now free or being
+    released: on each node the job may use, as many as its shared devices' room and its
+    whole free devices hold, and its other resources allow. An upper bound: False means
+    they cannot. (Tasks that ask differently, or each with its own affinity: True.)"""
+    first = tasks[0]
+    job = first.job
+    if job.per_task or any(t.info.request != first.info.request for t in tasks):
+        return True
+    nodes = ctx.state.nodes
+    share = device_shares(first.info.request, nodes.device_memory)
+    whole = nodes.idle[:, 0] + nodes.releasing[:, 0]
+    others = tasks_per_node(nodes.idle + nodes.releasing, first.demand)
+    near = ctx.placer.job_mask(job) & ((whole >= 1 - EPS) | (nodes.frac_future >= share - EPS)) & (others > 0)
+    held = 0
+    for node in np.flatnonzero(near).tolist():
+        f = float(share[node]) if isinstance(share, np.ndarray) else float(share)
+        per_device = math.floor((1 + EPS) / f)
+        room = math.floor(whole[node] + EPS) * per_device
+        room += sum(math.floor((d.idle + d.releasing + EPS) / f) for d in nodes.devices[node].values())
+        held += min(room, int(others[node]))
+        if held >= len(tasks):
+            return True
+    return False
 
 
 # What a node holds of a task that asks for none of the resources counted: plenty, and

@@ -17,7 +17,7 @@ made again.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 from kai_ray.core.cluster import Job
@@ -38,6 +38,7 @@ class WalkLine:
         self.job_key = job_key
         self.asks = asks
         self.left_out: set[int] = set()  # ids of the jobs touched when the runs were made
+        self._base: _Base | None = None  # the lines without acting jobs (lines())
         lines: dict[int, list[Entry]] = {}
         for job in jobs:
             lines.setdefault(job.queue, []).append((*job_key(job), job.order, job))
@@ -66,29 +67,69 @@ class WalkLine:
         return len(touched) - len(self.left_out) > REMAKE_AFTER
 
     def lines(
-        self, touched: set[Job], acting: list[Job], waiting: Callable[[Job], bool]
+        self,
+        touched: set[Job],
+        acting: list[Job],
+        waiting: Callable[[Job], bool],
+        state: Hashable | None = None,
     ) -> dict[int, list[Entry]]:
         """Per leaf queue, the line to walk: each run as one entry (its first job that
         still waits untouched), the touched jobs that wait as they are now, and the
-        acting jobs; in line order."""
+        acting jobs; in line order. The caller may consume the lists.
+
+        A search plays many scenarios over one state: the lines without the acting jobs
+        are kept while the touched jobs and which of them wait stay the same, and only
+        the acting jobs' queues are made again for each. `state` names which jobs wait
+        (a Statement's state mark); None: they are read."""
+        waits = frozenset(id(j) for j in touched if waiting(j)) if state is None else state
+        key = (len(touched), waits)
+        base = self._base
+        if base is None or base.key != key:
+            base = self._base = _Base(key, self, touched, waiting)
+        out = {q: list(line) for q, line in base.lines.items()}
+        if not acting:
+            return out
         acting_ids = {id(j) for j in acting}
-        mine = {id(j): j for j in touched if waiting(j)}
-        mine.update((id(j), j) for j in acting)
-        own: dict[int, list[Entry]] = {}
-        for job in mine.values():
-            own.setdefault(job.queue, []).append((*self.job_key(job), job.order, job))
-        for entries in own.values():
+        mine: dict[int, list[Entry]] = {}
+        for job in acting:
+            mine.setdefault(job.queue, []).append((*self.job_key(job), job.order, job))
+        for q, entries in mine.items():
+            own = [e for e in base.own.get(q, ()) if id(e[-1]) not in acting_ids] + entries
+            own.sort(key=lambda e: e[:-1])
+            line = _merge(self.runs.get(q, []), own, base.skip, acting_ids)
+            if line:
+                out[q] = line
+            else:
+                out.pop(q, None)
+        return out
+
+
+class _Base:
+    """The lines with no job acting, for one set of touched jobs and which of them wait:
+    each queue's touched jobs that wait (in line order) and the ids of all touched."""
+
+    def __init__(
+        self, key: Hashable, walk: WalkLine, touched: set[Job], waiting: Callable[[Job], bool]
+    ) -> None:
+        self.key = key
+        self.skip = {id(j) for j in touched}
+        self.own: dict[int, list[Entry]] = {}
+        for job in touched:
+            if waiting(job):
+                self.own.setdefault(job.queue, []).append((*walk.job_key(job), job.order, job))
+        for entries in self.own.values():
             entries.sort(key=lambda e: e[:-1])
-        skip = {id(j) for j in touched} | acting_ids
-        lines: dict[int, list[Entry]] = {}
-        for q in self.runs.keys() | own.keys():
-            lines[q] = _merge(self.runs.get(q, []), own.get(q, []), skip)
-        return {q: line for q, line in lines.items() if line}
+        queues = walk.runs.keys() | self.own.keys()
+        made = {q: _merge(walk.runs.get(q, []), self.own.get(q, []), self.skip) for q in queues}
+        self.lines = {q: line for q, line in made.items() if line}
 
 
-def _merge(runs: list[list[Entry]], own: list[Entry], skip: set[int]) -> list[Entry]:
+def _merge(
+    runs: list[list[Entry]], own: list[Entry], skip: set[int], also: set[int] | frozenset[int] = frozenset()
+) -> list[Entry]:
     """The runs, each cut where an entry of `own` falls inside it, each piece as its
-    first entry not skipped (none: the piece is gone), merged with `own` in line order."""
+    first entry not skipped (in `skip` or `also`; none: the piece is gone), merged with
+    `own` in line order."""
     out: list[Entry] = []
     keys = [e[:-1] for e in own]
     for run in runs:
@@ -97,16 +138,19 @@ def _merge(runs: list[list[Entry]], own: list[Entry], skip: set[int]) -> list[En
         start = 0
         for k in range(cut_from, cut_to):
             end = bisect.bisect_left(run, keys[k], key=lambda e: e[:-1])
-            _first_alive(run, start, end, skip, out)
+            _first_alive(run, start, end, skip, also, out)
             start = end
-        _first_alive(run, start, len(run), skip, out)
+        _first_alive(run, start, len(run), skip, also, out)
     out.extend(own)
     out.sort(key=lambda e: e[:-1])
     return out
 
 
-def _first_alive(run: list[Entry], start: int, end: int, skip: set[int], out: list[Entry]) -> None:
+def _first_alive(
+    run: list[Entry], start: int, end: int, skip: set[int], also: set[int] | frozenset[int], out: list[Entry]
+) -> None:
     for i in range(start, end):
-        if id(run[i][-1]) not in skip:
+        job_id = id(run[i][-1])
+        if job_id not in skip and job_id not in also:
             out.append(run[i])
             return

@@ -192,10 +192,14 @@ class ApiServer:
         lines = self.audit_log.read_text().splitlines()
         return [json.loads(line) for line in lines if line.strip()]
 
-    def kubeconfig_as(self, user: str, path: Path) -> str:
-        """A kubeconfig logging in with `user`'s token (one of `users`)."""
+    def kubeconfig_as(self, user: str, path: Path, server: str | None = None) -> str:
+        """A kubeconfig logging in with `user`'s token (one of `users`); `server`: another
+        address that reaches this API server (a relay), with the same certificate."""
         config = yaml.safe_load(Path(self.kubeconfig).read_text())
         config["users"] = [{"name": "admin", "user": {"token": self.tokens[user]}}]
+        if server is not None:
+            for cluster in config["clusters"]:
+                cluster["cluster"]["server"] = server
         path.write_text(yaml.safe_dump(config))
         return str(path)
 

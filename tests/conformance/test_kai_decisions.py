@@ -41,22 +41,12 @@ KAI_COUNTS_TWICE = "kai-counts-twice"
 # its books, and does not give the GPU back to the node's idle room: the share cannot
 # go back to its own GPU and is moved. kai-ray frees the share, which stays where it is.
 KAI_SHARED_GPU = "kai-shared-gpu-books"
-# KAI's reclaim takes the cycle's own placements as victims; kai-ray's reclaim takes only
-# what ran before the cycle (its preempt and consolidation take them): at scale, each
-# waiting job's reclaim would otherwise play a scenario per just-placed victim.
-RECLAIMS_JUST_BOUND = "kai-reclaims-just-bound"
 
 DIFFERENCES: dict[str, str] = {
     "fuzz-s1-54": CHURNS_ELASTIC,
     "fuzz-s1-86": CHURNS_ELASTIC,
     "contended-s1-85": KAI_COUNTS_TWICE,
     "fuzz-s2-56": KAI_SHARED_GPU,
-    "contended-s1-3": RECLAIMS_JUST_BOUND,
-    "contended-s1-49": RECLAIMS_JUST_BOUND,
-    "contended-s1-81": RECLAIMS_JUST_BOUND,
-    "contended-s1-89": RECLAIMS_JUST_BOUND,
-    "contended-s1-93": RECLAIMS_JUST_BOUND,
-    "contended-s2-61": RECLAIMS_JUST_BOUND,
 }
 
 _PLACED = {"Binding": "placed", "Pipelined": "placed"}

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from kai_ray.testing.apiserver import ApiServer
+from kai_ray.testing.blackhole import BlackHole
 from tests.k8s.burst import by_gang, gang_pod, partial
 from tests.k8s.env import FAST_LEASE, NS, K8sEnv, bound, cluster_spec, group
 from tests.k8s.test_login import ACCOUNT_NS, account, bound_token, gpu_pod, kubeconfig
@@ -34,9 +35,9 @@ class Replicas:
         self.k8s, self.tmp = k8s, tmp
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
-    def start(self, *users: str, args: tuple[str, ...] = ()) -> None:
+    def start(self, *users: str, args: tuple[str, ...] = (), server: str | None = None) -> None:
         for user in users:
-            config = self.k8s.api.kubeconfig_as(user, self.tmp / f"{user}.kubeconfig")
+            config = self.k8s.api.kubeconfig_as(user, self.tmp / f"{user}.kubeconfig", server)
             self.procs[user] = self.k8s.spawn_operator(
                 "-v", "--dashboard=off", *args, kubeconfig=config, log=self.log_path(user)
             )
@@ -155,6 +156,22 @@ def _assert_bound_once(k8s: K8sEnv, pods: list[dict[str, Any]]) -> list[dict[str
     return bindings
 
 
+def _bound_whole(k8s: K8sEnv, owners: list[tuple[str, str]], timeout: float) -> None:
+    try:
+        k8s.wait_for(
+            "every gang bound whole", lambda: len(bound(k8s.pods())) == len(owners) * PODS_PER_GANG, timeout
+        )
+    except AssertionError:
+        pods = k8s.pods()
+        waiting = sorted(p["metadata"]["name"] for p in pods if not p["spec"].get("nodeName"))
+        reasons = Counter(e["reason"] for e in k8s.get(f"/api/v1/namespaces/{NS}/events")["items"])
+        made = {f"{n}-{j}" for n, _ in owners for j in range(PODS_PER_GANG)}
+        gone = sorted(made - {p["metadata"]["name"] for p in pods})
+        raise AssertionError(
+            f"{len(pods)} pods, not bound: {waiting}, gone: {gone}, events: {reasons}"
+        ) from None
+
+
 def test_two_operators_started_together_one_binds(audited: K8sEnv, replicas: Replicas) -> None:
     k8s = audited
     _cluster(k8s, nodes=2)
@@ -213,20 +230,7 @@ def test_the_leader_killed_in_a_burst_the_standby_finishes_it(
     assert taken and lease["leaseTransitions"] == 1
     burst.join(timeout=60)
 
-    try:
-        k8s.wait_for(
-            "every gang bound whole", lambda: len(bound(k8s.pods())) == gangs * PODS_PER_GANG, timeout=90
-        )
-    except AssertionError:
-        pods = k8s.pods()
-        waiting = sorted(p["metadata"]["name"] for p in pods if not p["spec"].get("nodeName"))
-        reasons = Counter(e["reason"] for e in k8s.get(f"/api/v1/namespaces/{NS}/events")["items"])
-        gone = sorted(
-            {f"{n}-{j}" for n, _ in owners for j in range(4)} - {p["metadata"]["name"] for p in pods}
-        )
-        raise AssertionError(
-            f"{len(pods)} pods, not bound: {waiting}, gone: {gone}, events: {reasons}"
-        ) from None
+    _bound_whole(k8s, owners, timeout=90)
     pods = k8s.pods()
     assert partial(pods) == [] and len(by_gang(pods)) == gangs
     bindings = _assert_bound_once(k8s, pods)
@@ -236,6 +240,57 @@ def test_the_leader_killed_in_a_burst_the_standby_finishes_it(
         by_user.setdefault(e["user"]["username"], []).append(_at(e["requestReceivedTimestamp"]))
     assert max(by_user[leader]) <= killed_at
     assert min(by_user[standby]) >= _at(lease["acquireTime"])
+
+
+def test_a_black_holed_leader_stops_and_the_standby_finishes_the_burst(
+    audited: K8sEnv, replicas: Replicas, tmp_path: Path
+) -> None:
+    """The leader's connection to the API server starts dropping everything (its
+    requests hang; nothing is refused or reset) while gangs arrive and a standby runs:
+    the leader stops within its renew deadline, the standby takes over once the lease
+    runs out, and every gang is bound whole, each pod once."""
+    k8s = audited
+    gangs = 30
+    _cluster(k8s, nodes=gangs * PODS_PER_GANG // GPUS + 1)
+    k8s.start_fakes(kuberay=False)
+    owners = _owners(k8s, gangs)
+    settings = tmp_path / "scheduler.yaml"  # as above: no consolidation of the pods the test made
+    settings.write_text("actions: [allocate, reclaim, preempt, stalegangeviction]\n")
+    args = ("--config", str(settings))
+    with BlackHole("127.0.0.1", k8s.api.port) as hole:
+        replicas.start("a", args=args, server=hole.url)
+        k8s.wait_for("a leading", lambda: replicas.holder() == "a", timeout=30)
+        replicas.start("b", args=args)
+        burst = threading.Thread(target=_submit, args=(k8s, owners, 0.1))
+        burst.start()
+        k8s.wait_for("a few gangs bound", lambda: len(bound(k8s.pods())) >= 3 * PODS_PER_GANG, timeout=60)
+        hole.hang()
+        cut_at = time.time()
+        at_cut = k8s.pods()
+        print(f"at the cut: {len(bound(at_cut))} of {len(at_cut)} pods bound, {len(partial(at_cut))} partly")
+
+        code = replicas.procs["a"].wait(timeout=RENEW_S + 2 * RETRY_S + 5)
+        stopped_in = time.time() - cut_at
+        k8s.wait_for("b leading", lambda: replicas.holder() == "b", timeout=2 * LEASE_S)
+        lease = k8s.get(LEASE)["spec"]
+        burst.join(timeout=60)
+        _bound_whole(k8s, owners, timeout=90)
+        recovered = time.time() - cut_at
+    print(
+        f"black hole: the leader stopped {stopped_in:.2f}s after the cut; the standby led "
+        f"{_at(lease['acquireTime']) - cut_at:.2f}s after it; every gang bound {recovered:.2f}s after it"
+    )
+    assert code == 1 and stopped_in <= RENEW_S + 2 * RETRY_S + 1, (code, stopped_in)
+    assert "could not renew lease default/kai-ray within the renew deadline" in replicas.log("a")
+    pods = k8s.pods()
+    assert partial(pods) == [] and len(by_gang(pods)) == gangs
+    bindings = _assert_bound_once(k8s, pods)
+    by_user: dict[str, list[float]] = {}
+    for e in bindings:
+        by_user.setdefault(e["user"]["username"], []).append(_at(e["requestReceivedTimestamp"]))
+    assert max(by_user["a"]) <= cut_at + 0.5  # nothing of a's reached the server after the cut
+    assert min(by_user["b"]) >= _at(lease["acquireTime"])
+    assert lease["leaseTransitions"] == 1
 
 
 def test_a_paused_leader_acts_no_more_when_it_wakes(audited: K8sEnv, replicas: Replicas) -> None:
