@@ -24,6 +24,7 @@ from kai_ray.bench import commands as bench_commands
 from kai_ray.config.errors import ConfigError
 from kai_ray.scenario import commands as scenario_commands
 from kai_ray.sim import commands as sim_commands
+from kai_ray.testing import democommands as demo_commands
 
 __all__ = ["build_parser", "main"]
 
@@ -36,6 +37,7 @@ _CONTRIBUTORS = (
     dashboard_commands,
     operator_commands,
     snapshot_commands,
+    demo_commands,
 )
 
 

@@ -65,20 +65,6 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     add_common(cancel)
     cancel.set_defaults(func=_cancel)
     jobcommands.add_commands(subparsers)
-    demo = subparsers.add_parser(
-        "demo",
-        help="start a local multi-node Ray cluster with fake GPUs and show queues, "
-        "fair share and preemption end to end",
-    )
-    demo.add_argument("--quick", action="store_true", help="shorter waits (for tests)")
-    demo.add_argument(
-        "--kubernetes",
-        action="store_true",
-        help="the KubeRay story instead, on a local Kubernetes API server with KubeRay's operator "
-        "(components built on first use)",
-    )
-    demo.add_argument("--port", type=int, default=8270, help="the dashboard's port (--kubernetes)")
-    demo.set_defaults(func=_demo)
 
 
 def _add_queue(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -225,11 +211,3 @@ def _cancel(args: argparse.Namespace) -> int:
     return on_workload(args, lambda sched: sched.cancel(args.workload), render)
 
 
-def _demo(args: argparse.Namespace) -> int:
-    if args.kubernetes:
-        from kai_ray.api.kubedemo import run_kubernetes_demo
-
-        return run_kubernetes_demo(quick=args.quick, port=args.port)
-    from kai_ray.api.demo import run_demo
-
-    return run_demo(quick=args.quick)

@@ -19,6 +19,7 @@ from typing import Any
 from kai_ray.k8s.client import ApiError, Kube
 from kai_ray.k8s.informer import Informer
 from kai_ray.k8s.sharing import DEVICE_ANNOTATION, RESERVATION_LABEL
+from kai_ray.testing.liveray import LiveRay
 
 __all__ = ["CRD_STAND_INS", "FakeKubelet", "KubeRayStandIn", "make_node"]
 
@@ -80,10 +81,11 @@ async def make_node(
 
 
 class FakeKubelet:
-    """Bound pods go Running; deleted (terminating) pods finish at once."""
+    """Bound pods go Running; deleted (terminating) pods finish at once. With `ray` (a
+    liveray.LiveRay), a RayCluster's pods run real Ray, each at an address of its own."""
 
-    def __init__(self, kube: Kube, period: float = 0.05) -> None:
-        self.kube, self.period = kube, period
+    def __init__(self, kube: Kube, period: float = 0.05, ray: LiveRay | None = None) -> None:
+        self.kube, self.period, self.ray = kube, period, ray
         self.pods = Informer(kube, "/api/v1/pods", changed=asyncio.Event())
         self._done: set[str] = set()
 
@@ -111,12 +113,16 @@ class FakeKubelet:
                 calls.append(self._finish(meta))
             elif pod["spec"].get("nodeName") and pod.get("status", {}).get("phase", "Pending") == "Pending":
                 self._done.add(key)
-                calls.append(self._run(meta))
+                calls.append(self._run(pod))
         for outcome in await asyncio.gather(*calls, return_exceptions=True):
             if isinstance(outcome, ApiError) and outcome.status not in (404, 409):
                 log.warning("fake kubelet: %s", outcome)
 
-    async def _run(self, meta: dict[str, Any]) -> None:
+    async def _run(self, pod: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        address = None
+        if self.ray is not None:
+            address = await asyncio.to_thread(self.ray.start, pod)
         reservation = (meta.get("labels") or {}).get(RESERVATION_LABEL)
         if reservation:  # what its container does once the device plugin gave it a GPU
             await self.kube.patch(
@@ -130,12 +136,15 @@ class FakeKubelet:
                     "phase": "Running",
                     "startTime": _now(),
                     "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": _now()}],
+                    **({"podIP": address, "podIPs": [{"ip": address}]} if address else {}),
                 },
             },
             merge=False,
         )
 
     async def _finish(self, meta: dict[str, Any]) -> None:
+        if self.ray is not None:
+            await asyncio.to_thread(self.ray.stop, meta["uid"])
         await self.kube.delete(f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}", grace=0)
 
 

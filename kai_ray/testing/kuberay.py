@@ -24,10 +24,12 @@ def kuberay_version() -> str:
 
 
 def start_kuberay(
-    kubeconfig: str, log: Path, *, batch_scheduler: str | None = "kai-scheduler"
+    kubeconfig: str, log: Path, *, batch_scheduler: str | None = "kai-scheduler", hosts: Path | None = None
 ) -> subprocess.Popen[bytes]:
     """KubeRay's operator, watching every namespace, without leader election, metrics or
-    probes (no ports to share between tests), and with room to make pods quickly."""
+    probes (no ports to share between tests), and with room to make pods quickly.
+    `hosts`: a hosts file it resolves names with (bound over /etc/hosts in a mount
+    namespace of its own: liveray.LiveRay keeps the heads' Service names there)."""
     argv = [
         components()["kuberay-operator"],
         "--kubeconfig",
@@ -42,5 +44,8 @@ def start_kuberay(
     ]
     if batch_scheduler:
         argv.append(f"--batch-scheduler={batch_scheduler}")
+    if hosts is not None:
+        bind = 'mount --bind "$0" /etc/hosts && exec "$@"'
+        argv = ["unshare", "--mount", "--propagation", "private", "sh", "-c", bind, str(hosts), *argv]
     out = open(log, "ab")  # noqa: SIM115 - the process keeps it
     return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)

@@ -25,6 +25,7 @@ from kai_ray.testing.apiserver import ApiServer
 from kai_ray.testing.controllers import start_controller_manager
 from kai_ray.testing.fakes import CRD_STAND_INS, FakeKubelet, KubeRayStandIn, make_node
 from kai_ray.testing.kuberay import kuberay_crds, start_kuberay
+from kai_ray.testing.liveray import LiveRay
 
 T = TypeVar("T")
 CRDS = CRD_STAND_INS
@@ -103,20 +104,29 @@ class K8sEnv:
         log = Path(self.api.dir) / "controller-manager.log"
         self.controller_manager = start_controller_manager(self.api.kubeconfig, log)
 
-    def start_fakes(self, kuberay: bool | str = True, batch_scheduler: str | None = "kai-scheduler") -> None:
+    def start_fakes(
+        self,
+        kuberay: bool | str = True,
+        batch_scheduler: str | None = "kai-scheduler",
+        live_ray: LiveRay | None = None,
+    ) -> None:
         """The fake kubelet, and KubeRay: its real operator (True), with its batch
         scheduler set to kai-scheduler as KubeRay's users set it (None: unset, as for
         RayJobs, which KubeRay v1.5's kai-scheduler plugin refuses: their templates name
         the scheduler themselves), or the stand-in ("stand-in"), for the flows the real
-        one cannot run here (see KubeRayStandIn)."""
-        kubelet = FakeKubelet(self.kube)
+        one cannot run here (see KubeRayStandIn). With `live_ray`, RayCluster pods run
+        real Ray, and KubeRay resolves the heads' Service names to them."""
+        kubelet = FakeKubelet(self.kube, ray=live_ray)
         self._fakes.append(asyncio.run_coroutine_threadsafe(kubelet.run(), self.loop))
         if kuberay == "stand-in":
             self.kuberay = KubeRayStandIn(self.kube)
             self._fakes.append(asyncio.run_coroutine_threadsafe(self.kuberay.run(), self.loop))
         elif kuberay:
             self.kuberay_operator = start_kuberay(
-                self.api.kubeconfig, Path(self.api.dir) / "kuberay.log", batch_scheduler=batch_scheduler
+                self.api.kubeconfig,
+                Path(self.api.dir) / "kuberay.log",
+                batch_scheduler=batch_scheduler,
+                hosts=live_ray.hosts if live_ray is not None else None,
             )
 
     def start_operator(self, *args: str, kubeconfig: str | None = None) -> None:
