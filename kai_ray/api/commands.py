@@ -209,5 +209,3 @@ def _cancel(args: argparse.Namespace) -> int:
         return f"{info['id']}: {info['state']}"
 
     return on_workload(args, lambda sched: sched.cancel(args.workload), render)
-
-

@@ -103,7 +103,7 @@ def run_demo(quick: bool = False) -> int:
     finally:
         kai_ray.shutdown_scheduler()
         ray.shutdown()
-        cluster.shutdown()
+        cluster.shutdown()  # type: ignore[no-untyped-call]
 
 
 def _story(ray: Any, kai_ray: Any, sched: Any, tl: Timeline, quick: bool, queue_table: Any) -> int:

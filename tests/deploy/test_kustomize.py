@@ -2,7 +2,7 @@
 chart's ClusterRole rules and runs the image's `kai-ray operator`; KubeRay's values name
 our scheduler; and on a real API server in RBAC mode, `kubectl apply -k` of the base and
 KAI's default queues, then the operator run with the base's flags and its ServiceAccount's
-token schedules a RayCluster that KubeRay's stand-in makes, and that account may do what
+token schedules a RayCluster that KubeRay's operator makes, and that account may do what
 the operator needs and nothing more."""
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
-"""A Kubernetes test cluster: a real kube-apiserver and etcd, a fake kubelet, a stand-in
-for KubeRay's controller, and `kai-ray operator` run as a user runs it (a process of its
-own, which a test may SIGKILL). Tests are synchronous; the fakes and the client run on an
-asyncio loop in a thread of their own, reached through `env.run(coro)`.
+"""A Kubernetes test cluster: a real kube-apiserver and etcd, a fake kubelet (with live
+Ray in a RayCluster's pods where a test asks), KubeRay's own operator, and `kai-ray
+operator` run as a user runs it (a process of its own, which a test may SIGKILL). Tests
+are synchronous; the fakes and the client run on an asyncio loop in a thread of their
+own, reached through `env.run(coro)`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from kai_ray.k8s.client import ApiError, Kube, load_kubeconfig
 from kai_ray.k8s.install import install_crds
 from kai_ray.testing.apiserver import ApiServer
 from kai_ray.testing.controllers import start_controller_manager
-from kai_ray.testing.fakes import CRD_STAND_INS, FakeKubelet, KubeRayStandIn, make_node
+from kai_ray.testing.fakes import CRD_STAND_INS, FakeKubelet, make_node
 from kai_ray.testing.kuberay import kuberay_crds, start_kuberay
 from kai_ray.testing.liveray import LiveRay
 
@@ -50,7 +51,6 @@ class K8sEnv:
         self.operator: subprocess.Popen[bytes] | None = None
         self.operator_log = Path(api.dir) / "operator.log"
         self._fakes: list[asyncio.Future[Any]] = []
-        self.kuberay: KubeRayStandIn | None = None
         self.kuberay_operator: subprocess.Popen[bytes] | None = None
         self.controller_manager: subprocess.Popen[bytes] | None = None
 
@@ -106,22 +106,19 @@ class K8sEnv:
 
     def start_fakes(
         self,
-        kuberay: bool | str = True,
+        kuberay: bool = True,
         batch_scheduler: str | None = "kai-scheduler",
         live_ray: LiveRay | None = None,
     ) -> None:
         """The fake kubelet, and KubeRay: its real operator (True), with its batch
         scheduler set to kai-scheduler as KubeRay's users set it (None: unset, as for
         RayJobs, which KubeRay v1.5's kai-scheduler plugin refuses: their templates name
-        the scheduler themselves), or the stand-in ("stand-in"), for the flows the real
-        one cannot run here (see KubeRayStandIn). With `live_ray`, RayCluster pods run
-        real Ray, and KubeRay resolves the heads' Service names to them."""
+        the scheduler themselves); False: none (the test makes the pods). With
+        `live_ray`, RayCluster pods run real Ray, and KubeRay resolves the heads' Service
+        names to them."""
         kubelet = FakeKubelet(self.kube, ray=live_ray)
         self._fakes.append(asyncio.run_coroutine_threadsafe(kubelet.run(), self.loop))
-        if kuberay == "stand-in":
-            self.kuberay = KubeRayStandIn(self.kube)
-            self._fakes.append(asyncio.run_coroutine_threadsafe(self.kuberay.run(), self.loop))
-        elif kuberay:
+        if kuberay:
             self.kuberay_operator = start_kuberay(
                 self.api.kubeconfig,
                 Path(self.api.dir) / "kuberay.log",
