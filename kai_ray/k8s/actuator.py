@@ -124,7 +124,11 @@ class KubeActuator:
         try:
             await self.kube.bind(ns, name, node, uid)
         except ApiError as exc:
-            if exc.status == 409:  # bound already (by an earlier life of this operator)
+            if exc.status == 409:
+                # Bound already (by an earlier life of this operator), or a conflict of a
+                # write the server retried against an etcd that restarted: the pod says.
+                log.debug("binding %s/%s: %s; asking the pod", ns, name, exc)
+                self._uncertain[uid] = (ns, name, now)
                 return
             if exc.status < 500:  # refused: not bound
                 self.source.unassume(uid)

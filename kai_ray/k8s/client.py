@@ -61,6 +61,13 @@ class ApiError(RuntimeError):
         self.status, self.reason, self.message = status, reason, message
 
 
+# A binding answers in milliseconds. One stuck longer (a server waiting on an etcd that
+# restarted: its client reconnects with backoff) is given up and its pod asked instead
+# (the actuator's uncertain bindings), rather than its gang's room held for the 30 s of
+# an ordinary request.
+BIND_TIMEOUT_S = 8.0
+
+
 class Kube:
     """One session to one API server. Use `async with Kube(config) as kube:`."""
 
@@ -207,7 +214,8 @@ class Kube:
         }
         # The answer is a Status saying Success: nothing to decode, a thousand times a burst.
         log.debug("binding %s/%s to %s", namespace, pod, node)
-        await self.request("POST", f"/api/v1/namespaces/{namespace}/pods/{pod}/binding", body, decode=False)
+        path = f"/api/v1/namespaces/{namespace}/pods/{pod}/binding"
+        await self.request("POST", path, body, decode=False, timeout=BIND_TIMEOUT_S)
 
     async def evict(self, namespace: str, pod: str) -> bool:
         """Evict through the Eviction API: policy/v1, or policy/v1beta1 on servers before

@@ -111,16 +111,23 @@ class FakeKubelet:
                 calls.append(self._finish(meta))
             elif pod["spec"].get("nodeName") and pod.get("status", {}).get("phase", "Pending") == "Pending":
                 self._done.add(key)
-                calls.append(self._run(pod))
+                calls.append(self._run(pod, key))
         for outcome in await asyncio.gather(*calls, return_exceptions=True):
             if isinstance(outcome, ApiError) and outcome.status not in (404, 409):
                 log.warning("fake kubelet: %s", outcome)
+            elif isinstance(outcome, Exception) and not isinstance(outcome, ApiError):
+                log.error("fake kubelet: %r", outcome)  # said: a pod left Pending is explained
 
-    async def _run(self, pod: dict[str, Any]) -> None:
+    async def _run(self, pod: dict[str, Any], key: str) -> None:
         meta = pod["metadata"]
         address = None
         if self.ray is not None:
-            address = await asyncio.to_thread(self.ray.start, pod)
+            try:
+                address = await asyncio.to_thread(self.ray.start, pod)
+            except Exception:
+                self._done.discard(key)  # tried again, as a kubelet starts a container again
+                await asyncio.sleep(1)
+                raise
         reservation = (meta.get("labels") or {}).get(RESERVATION_LABEL)
         if reservation:  # what its container does once the device plugin gave it a GPU
             await self.kube.patch(

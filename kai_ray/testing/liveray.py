@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -59,18 +60,21 @@ class _Pod:
 
 
 class LiveRay:
-    def __init__(self, workdir: Path, subnet: str = "10.245", bridge: str = "kaibr0") -> None:
-        self.workdir, self.subnet, self.bridge = workdir, subnet, bridge
+    def __init__(self, workdir: Path, subnet: str = "10.245") -> None:
+        self.workdir, self.subnet = workdir, subnet
+        # Names of this instance's own (a namespace or link left by another is not ours).
+        self.tag = secrets.token_hex(2)
+        self.bridge = f"kb{self.tag}"
+        self.closed = False
         self.hosts = workdir / "hosts"
         self.hosts.write_text("127.0.0.1 localhost\n")
         self._lock = threading.Lock()
         self._next = 2
         self._pods: dict[str, _Pod] = {}  # pod uid -> its Ray
         self._heads: dict[tuple[str, str], str] = {}  # (namespace, cluster) -> head address
-        subprocess.run(["ip", "link", "del", bridge], capture_output=True)  # a leftover
-        _ip("link", "add", bridge, "type", "bridge")
-        _ip("addr", "add", f"{subnet}.0.1/16", "dev", bridge)
-        _ip("link", "set", bridge, "up")
+        _ip("link", "add", self.bridge, "type", "bridge")
+        _ip("addr", "add", f"{subnet}.0.1/16", "dev", self.bridge)
+        _ip("link", "set", self.bridge, "up")
 
     # ------------------------------------------------------------ pods
 
@@ -90,11 +94,12 @@ class LiveRay:
             n = self._next
             self._next += 1
         address = f"{self.subnet}.{n // 250}.{n % 250 + 2}"
-        netns = f"kr{n}"
-        self._network(netns, n, address)
-        process = self._ray(pod, netns, address, head)
-        mine = _Pod(netns, address, process)
+        netns = f"kr{self.tag}n{n}"
         with self._lock:
+            if self.closed:
+                return None
+            self._network(netns, n, address)
+            mine = _Pod(netns, address, self._ray(pod, netns, address, head))
             self._pods[meta["uid"]] = mine
         # As a kubelet restarts a container that exits (Ray's start can time out on a
         # busy machine): while the pod lives, its Ray is started again.
@@ -164,14 +169,22 @@ class LiveRay:
         subprocess.run(["ip", "netns", "del", pod.netns], capture_output=True)
 
     def close(self) -> None:
+        with self._lock:
+            self.closed = True  # a start under way makes nothing more
         for uid in list(self._pods):
             self.stop(uid)
+        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        for line in listed.splitlines():  # anything of ours a failed start left
+            name = line.split(" ", 1)[0]
+            if name.startswith(f"kr{self.tag}n"):
+                _kill_all_in(name)
+                subprocess.run(["ip", "netns", "del", name], capture_output=True)
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
 
     # ------------------------------------------------------------ plumbing
 
     def _network(self, netns: str, n: int, address: str) -> None:
-        host, inside = f"kv{n}", f"kp{n}"
+        host, inside = f"v{self.tag}h{n}", f"v{self.tag}p{n}"  # at most 15 characters
         _ip("netns", "add", netns)
         _ip("link", "add", host, "type", "veth", "peer", "name", inside)
         _ip("link", "set", inside, "netns", netns)

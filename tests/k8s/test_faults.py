@@ -17,7 +17,7 @@ from tests.k8s.conftest import _env
 from tests.k8s.env import NS, K8sEnv, bound
 
 pytestmark = [pytest.mark.k8s, pytest.mark.timeout(300)]
-RECOVERY_S = 60.0  # every pending gang that fits is bound whole within this, after the fault
+RECOVERY_S = 15.0  # every pending gang that fits is bound whole within this, after the fault
 # The operator's Lease as it runs by default (the Helm chart's): an outage shorter than
 # the renew deadline (10 s) leaves it leading. A longer one makes it exit, for its
 # Deployment to start it again as a standby (test_leader.py).
