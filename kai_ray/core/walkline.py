@@ -71,7 +71,7 @@ class WalkLine:
         touched: set[Job],
         acting: list[Job],
         waiting: Callable[[Job], bool],
-        state: Hashable | None = None,
+        state: Hashable,
     ) -> dict[int, list[Entry]]:
         """Per leaf queue, the line to walk: each run as one entry (its first job that
         still waits untouched), the touched jobs that wait as they are now, and the
@@ -80,9 +80,8 @@ class WalkLine:
         A search plays many scenarios over one state: the lines without the acting jobs
         are kept while the touched jobs and which of them wait stay the same, and only
         the acting jobs' queues are made again for each. `state` names which jobs wait
-        (a Statement's state mark); None: they are read."""
-        waits = frozenset(id(j) for j in touched if waiting(j)) if state is None else state
-        key = (len(touched), waits)
+        (a Statement's state mark: equal marks, the same jobs waiting)."""
+        key = (len(touched), state)
         base = self._base
         if base is None or base.key != key:
             base = self._base = _Base(key, self, touched, waiting)

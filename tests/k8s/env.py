@@ -323,3 +323,17 @@ def raycluster(
         "metadata": {"name": name, "namespace": ns, "labels": labels},
         "spec": cluster_spec(*groups),
     }
+
+
+def named(template: dict[str, Any]) -> dict[str, Any]:
+    """A pod template naming kai-ray's scheduler itself: where KubeRay runs without a
+    batch scheduler (its v1.5 kai-scheduler plugin refuses RayJobs), as KAI's users do."""
+    return {**template, "spec": {**template["spec"], "schedulerName": "kai-scheduler"}}
+
+
+def name_scheduler(cluster: dict[str, Any]) -> dict[str, Any]:
+    """A RayCluster whose head and worker templates all name kai-ray's scheduler."""
+    spec = cluster["spec"]
+    for group_spec in (spec["headGroupSpec"], *spec["workerGroupSpecs"]):
+        group_spec["template"] = named(group_spec["template"])
+    return cluster

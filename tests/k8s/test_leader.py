@@ -156,6 +156,23 @@ def _assert_bound_once(k8s: K8sEnv, pods: list[dict[str, Any]]) -> list[dict[str
     return bindings
 
 
+def _no_consolidation(tmp_path: Path) -> tuple[str, ...]:
+    """Operator flags without consolidation: it may move a gang a dead leader placed,
+    evicting its pods, which only KubeRay (not run here: the test makes the pods) would
+    make again."""
+    settings = tmp_path / "scheduler.yaml"
+    settings.write_text("actions: [allocate, reclaim, preempt, stalegangeviction]\n")
+    return ("--config", str(settings))
+
+
+def _binding_times(bindings: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """Per user, when the server received each of its bindings."""
+    by_user: dict[str, list[float]] = {}
+    for e in bindings:
+        by_user.setdefault(e["user"]["username"], []).append(_at(e["requestReceivedTimestamp"]))
+    return by_user
+
+
 def _bound_whole(k8s: K8sEnv, owners: list[tuple[str, str]], timeout: float) -> None:
     try:
         k8s.wait_for(
@@ -201,11 +218,7 @@ def test_the_leader_killed_in_a_burst_the_standby_finishes_it(
     _cluster(k8s, nodes=gangs * PODS_PER_GANG // GPUS + 1)  # room for every gang
     k8s.start_fakes(kuberay=False)
     owners = _owners(k8s, gangs)
-    # Without consolidation: it may move a gang the dead leader placed, evicting its pods,
-    # which only KubeRay (not run here: the test makes the pods) would make again.
-    settings = tmp_path / "scheduler.yaml"
-    settings.write_text("actions: [allocate, reclaim, preempt, stalegangeviction]\n")
-    replicas.start("a", "b", args=("--config", str(settings)))
+    replicas.start("a", "b", args=_no_consolidation(tmp_path))
     leader = k8s.wait_for("a leader", replicas.holder, timeout=30)
     standby = "b" if leader == "a" else "a"
 
@@ -233,11 +246,8 @@ def test_the_leader_killed_in_a_burst_the_standby_finishes_it(
     _bound_whole(k8s, owners, timeout=90)
     pods = k8s.pods()
     assert partial(pods) == [] and len(by_gang(pods)) == gangs
-    bindings = _assert_bound_once(k8s, pods)
+    by_user = _binding_times(_assert_bound_once(k8s, pods))
     # The dead leader's bindings all before its death; the standby's all after it led.
-    by_user: dict[str, list[float]] = {}
-    for e in bindings:
-        by_user.setdefault(e["user"]["username"], []).append(_at(e["requestReceivedTimestamp"]))
     assert max(by_user[leader]) <= killed_at
     assert min(by_user[standby]) >= _at(lease["acquireTime"])
 
@@ -254,9 +264,7 @@ def test_a_black_holed_leader_stops_and_the_standby_finishes_the_burst(
     _cluster(k8s, nodes=gangs * PODS_PER_GANG // GPUS + 1)
     k8s.start_fakes(kuberay=False)
     owners = _owners(k8s, gangs)
-    settings = tmp_path / "scheduler.yaml"  # as above: no consolidation of the pods the test made
-    settings.write_text("actions: [allocate, reclaim, preempt, stalegangeviction]\n")
-    args = ("--config", str(settings))
+    args = _no_consolidation(tmp_path)
     with BlackHole("127.0.0.1", k8s.api.port) as hole:
         replicas.start("a", args=args, server=hole.url)
         k8s.wait_for("a leading", lambda: replicas.holder() == "a", timeout=30)
@@ -284,10 +292,7 @@ def test_a_black_holed_leader_stops_and_the_standby_finishes_the_burst(
     assert "could not renew lease default/kai-ray within the renew deadline" in replicas.log("a")
     pods = k8s.pods()
     assert partial(pods) == [] and len(by_gang(pods)) == gangs
-    bindings = _assert_bound_once(k8s, pods)
-    by_user: dict[str, list[float]] = {}
-    for e in bindings:
-        by_user.setdefault(e["user"]["username"], []).append(_at(e["requestReceivedTimestamp"]))
+    by_user = _binding_times(_assert_bound_once(k8s, pods))
     assert max(by_user["a"]) <= cut_at + 0.5  # nothing of a's reached the server after the cut
     assert min(by_user["b"]) >= _at(lease["acquireTime"])
     assert lease["leaseTransitions"] == 1

@@ -20,7 +20,7 @@ import yaml
 
 from kai_ray.testing.kubedemo import ask_model, serving, with_local_code
 from kai_ray.testing.liveray import LiveRay, live_ray_possible
-from tests.k8s.env import NS, K8sEnv, group, raycluster, running
+from tests.k8s.env import NS, K8sEnv, group, name_scheduler, named, raycluster, running
 
 pytestmark = [pytest.mark.k8s, pytest.mark.timeout(420)]
 RC = f"/apis/ray.io/v1/namespaces/{NS}/rayclusters"
@@ -44,12 +44,6 @@ def live(k8s: K8sEnv) -> Iterator[LiveRay]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _named(template: dict[str, Any]) -> dict[str, Any]:
-    """A pod template naming kai-ray's scheduler (RayJobs: KubeRay v1.5's kai-scheduler
-    plugin refuses them, so their templates name it, as KAI's users do)."""
-    return {**template, "spec": {**template["spec"], "schedulerName": "kai-scheduler"}}
-
-
 def _rayjob(name: str, entrypoint: str, gpus: int, *, shutdown: bool = False) -> dict[str, Any]:
     """A RayJob of queue team at priority train; `shutdown`: its cluster deleted once it
     ends (KubeRay suspends only such a RayJob; kai-ray evicts the others' pods)."""
@@ -69,9 +63,9 @@ def _rayjob(name: str, entrypoint: str, gpus: int, *, shutdown: bool = False) ->
             "rayClusterSpec": {
                 "headGroupSpec": {
                     "rayStartParams": {},
-                    "template": _named(group("h", replicas=0, gpus=0)["template"]),
+                    "template": named(group("h", replicas=0, gpus=0)["template"]),
                 },
-                "workerGroupSpecs": [{**worker, "template": _named(worker["template"])}],
+                "workerGroupSpecs": [{**worker, "template": named(worker["template"])}],
             },
         },
     }
@@ -124,11 +118,7 @@ def test_a_preempted_rayjob_is_suspended_resumed_and_still_completes(k8s: K8sEnv
     k8s.wait_for("the job running", lambda: _job(k8s, "train").get("jobStatus") == "RUNNING", 180)
 
     urgent = raycluster("urgent", group("gpu", replicas=1, gpus=4), queue="team", priority="inference")
-    urgent["spec"]["headGroupSpec"]["template"] = _named(urgent["spec"]["headGroupSpec"]["template"])
-    urgent["spec"]["workerGroupSpecs"][0]["template"] = _named(
-        urgent["spec"]["workerGroupSpecs"][0]["template"]
-    )
-    k8s.create(RC, urgent)
+    k8s.create(RC, name_scheduler(urgent))
     k8s.wait_for(
         "the job suspended", lambda: _job(k8s, "train").get("jobDeploymentStatus") == "Suspended", 90
     )

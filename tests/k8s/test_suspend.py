@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from kai_ray.k8s.suspension import SUSPENDED_BY
-from tests.k8s.env import NS, K8sEnv, bound, group, raycluster, running
+from tests.k8s.env import NS, K8sEnv, bound, group, name_scheduler, named, raycluster, running
 
 pytestmark = pytest.mark.k8s
 RC = f"/apis/ray.io/v1/namespaces/{NS}/rayclusters"
@@ -77,12 +77,12 @@ def _rayjob(name: str, *, shutdown: bool = True) -> dict[str, Any]:
     cluster = {
         "headGroupSpec": {
             "rayStartParams": {},
-            "template": _named(group("h", replicas=0, gpus=0)["template"]),
+            "template": named(group("h", replicas=0, gpus=0)["template"]),
         },
         "workerGroupSpecs": [
             {
                 **group("gpu", replicas=2, gpus=2),
-                "template": _named(group("gpu", replicas=2, gpus=2)["template"]),
+                "template": named(group("gpu", replicas=2, gpus=2)["template"]),
             }
         ],
     }
@@ -98,7 +98,7 @@ def _rayjob(name: str, *, shutdown: bool = True) -> dict[str, Any]:
             "entrypoint": "python train.py",
             "shutdownAfterJobFinishes": shutdown,
             "rayClusterSpec": cluster,
-            "submitterPodTemplate": _named(_submitter()),
+            "submitterPodTemplate": named(_submitter()),
         },
     }
 
@@ -106,10 +106,6 @@ def _rayjob(name: str, *, shutdown: bool = True) -> dict[str, Any]:
 def _submitter() -> dict[str, Any]:
     container = {"name": "submitter", "image": "rayproject/ray", "resources": {"requests": {"cpu": "500m"}}}
     return {"spec": {"restartPolicy": "Never", "containers": [container]}}
-
-
-def _named(template: dict[str, Any]) -> dict[str, Any]:
-    return {**template, "spec": {**template["spec"], "schedulerName": "kai-scheduler"}}
 
 
 def _status(k8s: K8sEnv, name: str) -> dict[str, Any]:
@@ -131,9 +127,7 @@ def test_a_preempted_rayjob_is_suspended_then_running_again_with_no_pod_made_in_
     before = _uids(_pods_of(k8s, "train"))
 
     serve = raycluster("serve", group("gpu", replicas=1, gpus=4), queue="team", priority="inference")
-    for spec in (serve["spec"]["headGroupSpec"], *serve["spec"]["workerGroupSpecs"]):
-        spec["template"] = _named(spec["template"])  # no batch scheduler names it here
-    k8s.create(RC, serve)
+    k8s.create(RC, name_scheduler(serve))  # no batch scheduler names it here
     k8s.wait_for(
         "the job suspended",
         lambda: _status(k8s, "train").get("jobDeploymentStatus") == "Suspended",
