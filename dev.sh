@@ -27,15 +27,15 @@ ensure_venv() {
   "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
 }
 
-# The web UI tests drive a real headless Chromium: Debian's package (Playwright's own
-# browser download does not work on these machines). Installed once, when missing.
-ensure_chromium() {
-  command -v chromium >/dev/null && return 0
+# A Debian package a command needs, installed once when its program is missing:
+# ensure_debian PROGRAM PACKAGE WHAT-FOR.
+ensure_debian() {
+  command -v "$1" >/dev/null && return 0
   if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1 ||
-      { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null 2>&1 ||
+      { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null; }
   else
-    echo "dev.sh: install Debian's chromium (apt-get install chromium) for the web UI tests" >&2
+    echo "dev.sh: install Debian's $2 (apt-get install $2) for $3" >&2
     exit 1
   fi
 }
@@ -45,7 +45,9 @@ case "${1:-}" in
     ensure_venv
     shift
     case " $* " in
-      *" --kubernetes "*) "$VENV/bin/pip" install -q -e '.[kubernetes]' ;;  # no Ray needed
+      *" --kubernetes "*)  # live Ray in the pods: Ray itself, and ip (iproute2)
+        "$VENV/bin/pip" install -q -e '.[kubernetes,ray]'
+        ensure_debian ip iproute2 "live Ray in the demo's pods" ;;
       *) "$VENV/bin/pip" install -q -e '.[ray]' ;;
     esac
     exec "$VENV/bin/kai-ray" demo "$@"
@@ -63,7 +65,12 @@ case "${1:-}" in
     # from their Go modules once per machine (about 10 minutes on 2 cores), then cached
     # under ~/.cache/kai-ray.
     echo "== Kubernetes components"; bash kai_ray/testing/build-components.sh
-    echo "== chromium"; ensure_chromium
+    # The web UI tests drive a real headless Chromium: Debian's package (Playwright's own
+    # browser download does not work on these machines). The Kubernetes tests run live
+    # Ray in network namespaces of their own (iproute2's ip).
+    echo "== Debian packages"
+    ensure_debian chromium chromium "the web UI tests"
+    ensure_debian ip iproute2 "the Kubernetes tests' live Ray"
     echo "== pytest"
     exec "$VENV/bin/pytest" "$@"
     ;;

@@ -40,6 +40,8 @@ def live_ray_possible() -> str:
     """Why live Ray cannot run here ("" when it can)."""
     if os.geteuid() != 0:
         return "network namespaces need root"
+    if not _ray_program().exists():
+        return "Ray is not installed beside this Python (pip install 'kai-ray[ray]')"
     try:
         subprocess.run(["ip", "netns", "list"], check=True, capture_output=True)
     except (OSError, subprocess.CalledProcessError) as exc:
@@ -199,7 +201,7 @@ class LiveRay:
         self, pod: dict[str, Any], netns: str, address: str, head: str | None
     ) -> subprocess.Popen[bytes]:
         cpus, gpus = _asks(pod)
-        ray = str(Path(sys.executable).with_name("ray"))
+        ray = str(_ray_program())
         argv = [
             "ip", "netns", "exec", netns, ray, "start", "--block", "--disable-usage-stats",
             f"--node-ip-address={address}", f"--num-cpus={cpus}", f"--num-gpus={gpus}",
@@ -224,6 +226,11 @@ class LiveRay:
         }
         out = open(self.workdir / f"{pod['metadata']['name']}.log", "ab")  # noqa: SIM115 - the process keeps it
         return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+
+def _ray_program() -> Path:
+    """The `ray` command of this Python's environment (the pods run this Ray)."""
+    return Path(sys.executable).with_name("ray")
 
 
 def _asks(pod: dict[str, Any]) -> tuple[int, int]:
