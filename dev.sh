@@ -71,6 +71,7 @@ case "${1:-}" in
     echo "== Debian packages"
     ensure_debian chromium chromium "the web UI tests"
     ensure_debian ip iproute2 "the Kubernetes tests' live Ray"
+    ensure_debian redis-server redis-server "the Ray head-restart test (GCS fault tolerance)"
     echo "== pytest"
     exec "$VENV/bin/pytest" "$@"
     ;;
