@@ -61,6 +61,18 @@ def _add_submit(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     submit.add_argument("--min-workers", type=int, default=0, help="elastic: the gang size")
     submit.add_argument("--resources", default="{}", help='other resources, JSON: {"x": 1}')
     submit.add_argument(
+        "--accelerator-type",
+        action="append",
+        metavar="TYPE",
+        help="the GPU type its workers need (e.g. A100); repeat, or separate with commas, for "
+        "several in order of preference (default: any type)",
+    )
+    submit.add_argument(
+        "--mixed-accelerator-types",
+        action="store_true",
+        help="with several --accelerator-type: its workers may run on different types at once",
+    )
+    submit.add_argument(
         "--strategy",
         default="PACK",
         type=str.upper,
@@ -134,6 +146,8 @@ def _submit(args: argparse.Namespace) -> int:
             handoff=args.handoff,
             max_runtime=args.max_runtime,
             expected_runtime=args.expected_runtime,
+            accelerator_type=_accelerator_types(args.accelerator_type),
+            mixed_accelerator_types=args.mixed_accelerator_types,
         )
     except (ValueError, UnknownPriorityClassError, ConfigError, SubmitError) as exc:
         return fail(f"job submit: {exc}")
@@ -149,6 +163,18 @@ def _submit(args: argparse.Namespace) -> int:
         f"queued {wid} in {args.queue} ({info['state']})\n"
         f"  why it waits: kai-ray explain {wid}\n  its output:   kai-ray job logs {wid} --follow",
     )
+
+
+def _accelerator_types(given: list[str] | None) -> list[str] | None:
+    """--accelerator-type A100 --accelerator-type L4, or A100,L4: the types in order."""
+    if given is None:
+        return None
+    types = [t.strip() for text in given for t in text.split(",")]
+    if not all(types):
+        raise ValueError(
+            f"--accelerator-type {','.join(given)!r}: an empty type; give e.g. A100 or H100,A100"
+        )
+    return types
 
 
 def _json_option(flag: str, text: str) -> dict[str, Any]:

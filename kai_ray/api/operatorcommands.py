@@ -11,6 +11,7 @@ import signal
 from typing import Any
 
 from kai_ray.api.dashboardcommands import TOKEN_ENV
+from kai_ray.control.kubenodes import GPU_PRODUCT_LABEL
 from kai_ray.dashboard.server import DEFAULT_PORT
 from kai_ray.k8s import DEFAULT_SCHEDULER_NAMES
 
@@ -70,6 +71,13 @@ def add_commands(subparsers: Any) -> None:
         help="a gang that has waited this long holds the room it is expected to start on; other work "
         "of its priority or lower uses it only if expected to end first (e.g. 30m; default 0: off, "
         "or the --config file's reserveAfter)",
+    )
+    p.add_argument(
+        "--gpu-type-label",
+        default=GPU_PRODUCT_LABEL,
+        metavar="LABEL",
+        help=f"the node label whose value is the node's GPU type (default {GPU_PRODUCT_LABEL}); pods "
+        "name the types they accept with a nodeSelector or required node affinity `In` on it",
     )
     p.add_argument(
         "--install-crds",
@@ -207,6 +215,7 @@ def operator_options(args: argparse.Namespace) -> Any:
         webhook=(int(args.webhook[0]), args.webhook[1], args.webhook[2]) if args.webhook else None,
         dashboard=dashboard_option(args.dashboard, args.dashboard_token),
         cluster_can_grow=args.cluster_can_grow,
+        gpu_type_label=_gpu_type_label(args.gpu_type_label),
     )
     settings = load_scheduler_config(args.config) if args.config else None
     config = with_preemption_delay(settings, args.preemption_delay, "--preemption-delay")
@@ -214,6 +223,14 @@ def operator_options(args: argparse.Namespace) -> Any:
     if config is not None:
         options.config = config
     return options
+
+
+def _gpu_type_label(label: str) -> str:
+    from kai_ray.config.errors import ConfigError
+
+    if not label.strip():
+        raise ConfigError(f"--gpu-type-label: give a node label such as {GPU_PRODUCT_LABEL}")
+    return label.strip()
 
 
 def _operator(args: argparse.Namespace) -> int:

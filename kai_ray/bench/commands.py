@@ -31,6 +31,12 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     cycle.add_argument("--gang-size", type=int, default=8)
     cycle.add_argument("--queues", type=int, default=50, help="leaf queues")
     cycle.add_argument(
+        "--gpu-types",
+        type=int,
+        default=0,
+        help="then the same cycle with this many GPU types (queues naming each), in the same run",
+    )
+    cycle.add_argument(
         "--steady",
         action="store_true",
         help="one job finished or submitted per cycle on a full cluster: the incremental cycle "
@@ -182,7 +188,7 @@ def _run_cycle(args: argparse.Namespace) -> int:
         return 0
     nodes, pending = args.nodes or 1000, 5000 if args.pending is None else args.pending
     sizes = (nodes, args.gpus_per_node, pending, args.gang_size, args.queues)
-    result = bench_cycle(*sizes, repeat=args.repeat, actions=_actions(args.actions))
+    result = bench_cycle(*sizes, repeat=args.repeat, actions=_actions(args.actions), gpu_types=args.gpu_types)
     return _print(result, args.json)
 
 

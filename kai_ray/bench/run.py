@@ -9,7 +9,7 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from kai_ray.bench.synthetic import cycle_cluster, eviction_cluster
+from kai_ray.bench.synthetic import cycle_cluster, eviction_cluster, typed_cluster
 from kai_ray.core import DEFAULT_ACTIONS, Bind, ClusterSnapshot, CycleResult, Evict, Pipeline, SchedulerConfig
 from kai_ray.core.cycle import finish_cycle, paused_collection, prepare_cycle, run_action
 
@@ -74,10 +74,27 @@ def bench_cycle(
     queues: int,
     repeat: int = 5,
     actions: tuple[str, ...] = ("allocate",),
+    gpu_types: int = 0,
 ) -> dict[str, Any]:
+    """Full cycles on a synthetic cluster. With `gpu_types` of 2 or more, the same cycle
+    again on the same cluster with that many GPU types (typed_cluster), in the same run:
+    its figures under "typed", and the ratio of the two p50s."""
     snapshot = cycle_cluster(nodes, gpus_per_node, pending, gang_size, queues)
     config = SchedulerConfig(actions=actions)
     timings, result = _time_cycles(snapshot, config, repeat)
+    typed: dict[str, Any] = {}
+    if gpu_types > 1:
+        typed_timings, typed_result = _time_cycles(typed_cluster(snapshot, gpu_types), config, repeat)
+        typed = {
+            "gpu_types": gpu_types,
+            "typed": {
+                **_summary(typed_timings),
+                "placements": sum(1 for d in typed_result.decisions if isinstance(d, Bind | Pipeline)),
+            },
+            "typed_over_one_type_p50": round(
+                statistics.median(typed_timings["cycle"]) / statistics.median(timings["cycle"]), 3
+            ),
+        }
     placements = sum(1 for d in result.decisions if isinstance(d, Bind | Pipeline))
     p50 = statistics.median(timings["cycle"])
     return {
@@ -92,6 +109,7 @@ def bench_cycle(
         **_summary(timings),
         "placements": placements,
         "placements_per_s": round(placements / (p50 / 1000.0)) if p50 > 0 else None,
+        **typed,
         "peak_rss_mb": round(peak_rss_mb(), 1),
     }
 

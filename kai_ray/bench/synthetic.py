@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 from kai_ray.core import (
     UNLIMITED,
     ClusterSnapshot,
+    GpuTypeShare,
     JobInfo,
     NodeInfo,
     QueueInfo,
@@ -15,7 +17,15 @@ from kai_ray.core import (
     TaskStatus,
 )
 
-__all__ = ["cycle_cluster", "eviction_cluster", "leaf_names", "nodes_of", "queues_of", "steady_cluster"]
+__all__ = [
+    "cycle_cluster",
+    "eviction_cluster",
+    "leaf_names",
+    "nodes_of",
+    "queues_of",
+    "steady_cluster",
+    "typed_cluster",
+]
 
 GI = 1024.0**3
 ONE_GPU = Request(gpu=1, cpu=4, memory=16 * GI)
@@ -152,3 +162,29 @@ def steady_cluster(
         tasks = [_pending(name, k, whole) for k in range(1 + i % 2)]
         jobs.append(_job(name, rng.choice(leaves), tasks, float(len(jobs))))
     return ClusterSnapshot(node_list, queue_list, jobs)
+
+
+GPU_TYPE_NAMES = ("H100", "A100", "L4", "H200", "B200", "L40S")
+
+
+def typed_cluster(snapshot: ClusterSnapshot, count: int) -> ClusterSnapshot:
+    """The same cluster with `count` GPU types (docs/gpu-types.md): nodes take the types
+    in turn; each queue names every type, its gpu quota split evenly between them (a
+    limit of its whole quota on the first); waiting jobs accept, in turn, one type, two
+    in order, or any. Running jobs accept any (they run where they run)."""
+    names = [GPU_TYPE_NAMES[i] if i < len(GPU_TYPE_NAMES) else f"gpu-{i}" for i in range(count)]
+    nodes = [replace(n, gpu_type=names[i % count]) for i, n in enumerate(snapshot.nodes)]
+    queues = [replace(q, gpu_types=_shares(q, names)) for q in snapshot.queues]
+    jobs = []
+    for k, job in enumerate(snapshot.jobs):
+        waiting = all(t.status is TaskStatus.PENDING for t in job.tasks)
+        accepts = [(names[k % count],), (names[k % count], names[(k + 1) % count]), ()][k % 3]
+        jobs.append(replace(job, gpu_types=accepts if waiting else ()))
+    return ClusterSnapshot(nodes, queues, jobs, snapshot.usage, snapshot.can_grow)
+
+
+def _shares(queue: QueueInfo, names: list[str]) -> tuple[GpuTypeShare, ...]:
+    quota = queue.quota[0]
+    each = UNLIMITED if quota == UNLIMITED else quota / len(names)
+    first_limit = UNLIMITED if quota == UNLIMITED else quota
+    return tuple(GpuTypeShare(t, each, first_limit if i == 0 else UNLIMITED) for i, t in enumerate(names))

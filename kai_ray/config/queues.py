@@ -27,7 +27,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from kai_ray.config.base import Duration, Quantity, StrictModel, read_yaml_documents
 from kai_ray.config.errors import ConfigError, from_validation_error
-from kai_ray.core.model import RESOURCES, UNLIMITED, QueueInfo
+from kai_ray.core.model import RESOURCES, UNLIMITED, GpuTypeShare, QueueInfo
 from kai_ray.core.quantity import format_bytes, parse_run_time
 from kai_ray.core.queues import QueueTreeError, build_queue_tree, resource_problem
 
@@ -63,10 +63,22 @@ class ResourceSpec(StrictModel):
     over_quota_weight: float = 1.0
 
 
+class GpuTypeSpec(StrictModel):
+    """A queue's GPUs of one type (kai-ray's extension, docs/gpu-types.md): devices."""
+
+    quota: float = 0.0  # -1: every GPU of the type
+    limit: float = UNLIMITED
+    over_quota_weight: float | None = None  # unset: the queue's gpu over-quota weight
+
+
+GpuTypes = dict[Annotated[str, Field(min_length=1, pattern=r"^\S+$")], GpuTypeSpec]
+
+
 class ResourcesSpec(StrictModel):
     gpu: ResourceSpec | None = None
     cpu: ResourceSpec | None = None
     memory: ResourceSpec | None = None
+    gpu_types: GpuTypes | None = None  # per GPU type, beside the plain gpu total
 
 
 class QueueBody(StrictModel):
@@ -137,8 +149,15 @@ class KaiQueueSpec(StrictModel):
     reclaim_min_runtime: Duration | None = None
 
 
+class KaiRayKubeResourcesSpec(KaiResourcesSpec):
+    gpu_types: GpuTypes | None = None  # per GPU type (devices), beside the plain gpu total
+
+
 class KaiRayKubeQueueSpec(KaiQueueSpec):
-    """`spec` of a `kai-ray.io/v2` Queue: KAI's, with kai-ray's run-time defaults."""
+    """`spec` of a `kai-ray.io/v2` Queue: KAI's, with kai-ray's run-time defaults and
+    quotas per GPU type."""
+
+    resources: KaiRayKubeResourcesSpec = Field(default_factory=KaiRayKubeResourcesSpec)
 
     expected_runtime: Duration | None = None
     max_runtime: Duration | None = None
@@ -215,7 +234,35 @@ def queue_info(
         reclaim_min_runtime=body.reclaim_min_runtime,
         expected_runtime=_positive_runtime(name, "expectedRuntime", getattr(body, "expected_runtime", None)),
         max_runtime=_positive_runtime(name, "maxRuntime", getattr(body, "max_runtime", None)),
+        gpu_types=_gpu_types(name, getattr(body.resources, "gpu_types", None), quota[0], limit[0]),
     )
+
+
+def _gpu_types(
+    name: str, specs: Mapping[str, GpuTypeSpec] | None, gpu_quota: float, gpu_limit: float
+) -> tuple[GpuTypeShare, ...]:
+    """A queue's per-type figures, each checked as a resource of its own, and against the
+    queue's plain gpu figures, which are the total over every type."""
+    shares = []
+    for gpu_type, spec in (specs or {}).items():
+        weight = 1.0 if spec.over_quota_weight is None else spec.over_quota_weight
+        _check_resource(name, f"gpuTypes.{gpu_type}", spec.quota, spec.limit, weight, KAI_RAY_UNITS)
+        if gpu_limit != UNLIMITED and spec.limit != UNLIMITED and spec.limit > gpu_limit:
+            raise ConfigError(
+                f"resources.gpuTypes.{gpu_type}.limit = {spec.limit:g} is over the queue's gpu limit "
+                f"of {gpu_limit:g}; lower it to at most {gpu_limit:g}, or raise resources.gpu.limit",
+                field=f"queue {name!r}",
+            )
+        shares.append(GpuTypeShare(gpu_type, spec.quota, spec.limit, spec.over_quota_weight))
+    typed = sum(s.quota for s in shares if s.quota != UNLIMITED)
+    if gpu_quota != UNLIMITED and typed > gpu_quota:
+        raise ConfigError(
+            f"resources.gpuTypes quotas add up to {typed:g}, over the queue's gpu quota of "
+            f"{gpu_quota:g} (the total over every type); raise resources.gpu.quota to at least "
+            f"{typed:g}, or lower a type's quota",
+            field=f"queue {name!r}",
+        )
+    return tuple(shares)
 
 
 def _positive_runtime(queue: str, key: str, value: float | None) -> float | None:

@@ -31,7 +31,13 @@ from kai_ray.control.queues import QueueChange, plan_apply, plan_delete, queue_f
 from kai_ray.control.snapshot import NODE_TOPOLOGY, Lazily, held_by_workloads, same_nodes
 from kai_ray.control.table import WORKLOAD_KEY, WorkloadTable
 from kai_ray.control.usage import UsageHistory
-from kai_ray.control.validate import SubmitError, check_runtimes, same_spec, validate_spec
+from kai_ray.control.validate import (
+    SubmitError,
+    check_accelerator_types,
+    check_runtimes,
+    same_spec,
+    validate_spec,
+)
 from kai_ray.control.views import WorkloadView, owned_view, workload_view
 from kai_ray.control.workload import HOLDING, SlotState, State, Workload, WorkloadSpec, group_owner
 from kai_ray.core import (
@@ -159,6 +165,7 @@ class Controller(WorkloadTable):
         accepted on the same nodes and queues is not checked again (a thousand alike in
         one submission cost one check); its resources are normalised the same way."""
         check_runtimes(spec)
+        check_accelerator_types(spec)
         if not self.nodes:
             self.refresh_nodes()
         shape = (
@@ -170,6 +177,9 @@ class Controller(WorkloadTable):
             spec.kind,
             bool(spec.entrypoint.strip()),
             spec.handoff,
+            # Whether any node could hold it depends on the types it accepts.
+            tuple(spec.accelerator_type),
+            spec.mixed_accelerator_types,
             self.cluster_grows,
         )
         if shape in self._accepted:

@@ -246,7 +246,7 @@ def _node(obj: Mapping[str, Any], name: str) -> NodeInfo:
         if not isinstance(condition, Mapping):
             raise KaiSnapshotError(f"node {name}: status.conditions[{k}]: expected an object; {FIX}")
     try:
-        return node_info({**obj, "status": status, "spec": spec})
+        return node_info({**obj, "status": status, "spec": spec}, gpu_type_label=None)  # KAI has no types
     except (QuantityError, ValueError, TypeError) as e:  # a quantity, or a label that is no number
         raise KaiSnapshotError(f"node {name}: status.allocatable or its labels: {e}; {FIX}") from None
 

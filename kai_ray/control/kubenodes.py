@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kai_ray.control.podrequests import GPU_RESOURCE, pod_request
-from kai_ray.core import NodeInfo
+from kai_ray.core import DEFAULT_GPU_TYPE, NodeInfo
 from kai_ray.core.quantity import parse_quantity
 
 __all__ = [
@@ -30,7 +30,15 @@ DEFAULT_GPU_MEMORY = 80 * 1024**3
 _NOT_EXTENDED = {"cpu", "memory", "pods", "ephemeral-storage", GPU_RESOURCE}
 
 
-def node_info(node: Mapping[str, Any], outside: Mapping[str, float] | None = None) -> NodeInfo:
+def node_info(
+    node: Mapping[str, Any],
+    outside: Mapping[str, float] | None = None,
+    gpu_type_label: str | None = GPU_PRODUCT_LABEL,
+) -> NodeInfo:
+    """`gpu_type_label`: the label whose value is the node's GPU type (GPU feature
+    discovery's product name unless the operator is told another); a node without it
+    has the default type, as every node has with None (KAI's snapshots: KAI has no
+    types, and they are read to decide as KAI does)."""
     meta, status = node["metadata"], node.get("status", {})
     alloc = status.get("allocatable") or status.get("capacity") or {}
     labels = dict(meta.get("labels") or {})
@@ -54,6 +62,7 @@ def node_info(node: Mapping[str, Any], outside: Mapping[str, float] | None = Non
         unschedulable=not node_takes_pods(node),
         extended=extended,
         gpu_model=labels.get(GPU_PRODUCT_LABEL, ""),
+        gpu_type=(labels.get(gpu_type_label) if gpu_type_label else None) or DEFAULT_GPU_TYPE,
         used_outside=tuple(sorted((k, v) for k, v in (outside or {}).items() if v > 0)),
     )
 

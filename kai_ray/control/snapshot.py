@@ -12,11 +12,12 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
-from kai_ray.control.workload import HOLDING, SlotState, State, Workload
+from kai_ray.control.workload import HOLDING, SlotState, State, Workload, WorkloadSpec
 from kai_ray.core import JobInfo, NodeInfo, Request, TaskInfo, TaskStatus, TopologyConstraint, device_share
 from kai_ray.core.quantity import parse_quantity
 
 __all__ = [
+    "ACCELERATOR_PREFIX",
     "NODE_TOPOLOGY",
     "JobInfos",
     "Lazily",
@@ -25,9 +26,14 @@ __all__ = [
     "kept",
     "parse_resources",
     "request_for",
+    "resource_gpu_types",
     "same_nodes",
+    "spec_gpu_types",
 ]
 
+# Ray's resource naming a node's accelerator type (`accelerator_type:A100`): a Ray task
+# with accelerator_type="A100" asks for 0.001 of it.
+ACCELERATOR_PREFIX = "accelerator_type:"
 NODE_TOPOLOGY = "kai-ray-node"  # a one-level topology over the node's own label: STRICT_PACK
 _Info = TypeVar("_Info", NodeInfo, JobInfo)
 _CORE_NAMES = {"GPU", "CPU", "memory", "gpu_memory"}
@@ -57,7 +63,15 @@ def parse_resources(resources: Mapping[str, Any]) -> dict[str, float]:
 
 
 def request_for(resources: Mapping[str, float]) -> Request:
-    extended = tuple(sorted((k, float(v)) for k, v in resources.items() if k not in _CORE_NAMES))
+    # An accelerator type asked for Ray's way is not a resource to the core: it is the
+    # workload's GPU type (spec_gpu_types), and its bundles are pinned to nodes of it.
+    extended = tuple(
+        sorted(
+            (k, float(v))
+            for k, v in resources.items()
+            if k not in _CORE_NAMES and not k.startswith(ACCELERATOR_PREFIX)
+        )
+    )
     return Request(
         gpu=float(resources.get("GPU", 0.0)),
         gpu_memory=float(resources.get("gpu_memory", 0.0)),
@@ -65,6 +79,21 @@ def request_for(resources: Mapping[str, float]) -> Request:
         memory=float(resources.get("memory", 0.0)),
         extended=extended,
     )
+
+
+def resource_gpu_types(resources: Mapping[str, Any]) -> list[str]:
+    """The accelerator types asked for Ray's way ({"accelerator_type:A100": 0.001})."""
+    return [
+        k[len(ACCELERATOR_PREFIX) :]
+        for k in resources
+        if k.startswith(ACCELERATOR_PREFIX) and k != ACCELERATOR_PREFIX
+    ]
+
+
+def spec_gpu_types(spec: WorkloadSpec) -> tuple[str, ...]:
+    """The GPU types the workload accepts: its accelerator_type option, else the type its
+    resources name Ray's way; empty: any."""
+    return tuple(spec.accelerator_type) or tuple(resource_gpu_types(spec.resources_per_worker))
 
 
 def job_info(w: Workload, node_label: str) -> JobInfo:
@@ -100,6 +129,8 @@ def job_info(w: Workload, node_label: str) -> JobInfo:
         expected_runtime=w.spec.expected_runtime,
         max_runtime=w.spec.max_runtime,
         ran=w.ran,
+        gpu_types=spec_gpu_types(w.spec),
+        mixed_gpu_types=w.spec.mixed_accelerator_types,
     )
 
 

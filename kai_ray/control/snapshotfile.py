@@ -22,6 +22,7 @@ from kai_ray.control.snapshot import job_info
 from kai_ray.control.workload import Workload
 from kai_ray.core import (
     ClusterSnapshot,
+    GpuTypeShare,
     JobInfo,
     NodeInfo,
     QueueInfo,
@@ -88,7 +89,7 @@ def write_snapshot(
         "now": now,
         "config": _config_json(config),
         "nodes": [_plain(n) for n in snapshot.nodes],
-        "queues": [_plain(q) for q in snapshot.queues],
+        "queues": [{**_plain(q), "gpu_types": [_plain(s) for s in q.gpu_types]} for q in snapshot.queues],
         "jobs": [_job_json(j) for j in snapshot.jobs],
         "usage": {k: list(v) for k, v in snapshot.usage.items()},
         "can_grow": snapshot.can_grow,
@@ -136,10 +137,7 @@ def read_snapshot(data: Any) -> SnapshotFile:
             f"{SNAPSHOT_VERSION}); save the snapshot again with this kai-ray"
         )
     nodes = [_node(n, i) for i, n in enumerate(_list(data, "nodes"))]
-    queues = [
-        _build(QueueInfo, q, f"queues[{i}]", tuples=("quota", "limit", "over_quota_weight"))
-        for i, q in enumerate(_list(data, "queues"))
-    ]
+    queues = [_queue(q, i) for i, q in enumerate(_list(data, "queues"))]
     jobs = [_job(j, i) for i, j in enumerate(_list(data, "jobs"))]
     usage = {str(k): _triple(v, f"usage.{k}") for k, v in (data.get("usage") or {}).items()}
     can_grow = data.get("can_grow", False)  # absent in files saved before it existed
@@ -198,6 +196,17 @@ def _build(cls: Any, data: Any, where: str, tuples: tuple[str, ...] = ()) -> Any
         raise SnapshotFormatError(f"{where}: {exc}") from None
 
 
+def _queue(data: Any, i: int) -> QueueInfo:
+    where = f"queues[{i}]"
+    if isinstance(data, dict) and "gpu_types" in data:
+        shares = data["gpu_types"] or []
+        if not isinstance(shares, list):
+            raise SnapshotFormatError(f"{where}.gpu_types: must be a list of per-type shares")
+        data = {**data, "gpu_types": tuple(_build(GpuTypeShare, s, f"{where}.gpu_types") for s in shares)}
+    queue: QueueInfo = _build(QueueInfo, data, where, tuples=("quota", "limit", "over_quota_weight"))
+    return queue
+
+
 def _node(data: Any, i: int) -> NodeInfo:
     if isinstance(data, dict):
         data = {**data, **{k: _pairs(data.get(k)) for k in ("extended", "used_outside") if k in data}}
@@ -212,7 +221,12 @@ def _job(data: Any, i: int) -> JobInfo:
     tasks = [_task(t, f"{where}.tasks[{k}]") for k, t in enumerate(data.get("tasks") or [])]
     topology = data.get("topology")
     constraint = None if topology is None else _build(TopologyConstraint, topology, f"{where}.topology")
-    job: JobInfo = _build(JobInfo, {**data, "tasks": tasks, "topology": constraint}, where)
+    types = data.get("gpu_types") or []
+    if not isinstance(types, list | tuple) or not all(isinstance(t, str) and t for t in types):
+        fix = "must be a list of GPU type names, most preferred first"
+        raise SnapshotFormatError(f"{where}.gpu_types: {fix}")
+    fields = {**data, "tasks": tasks, "topology": constraint, "gpu_types": tuple(types)}
+    job: JobInfo = _build(JobInfo, fields, where)
     return job
 
 

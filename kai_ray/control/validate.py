@@ -11,7 +11,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Sequence
 
-from kai_ray.control.snapshot import job_info, parse_resources, request_for
+from kai_ray.control.snapshot import (
+    ACCELERATOR_PREFIX,
+    job_info,
+    parse_resources,
+    request_for,
+    resource_gpu_types,
+)
 from kai_ray.control.workload import Workload, WorkloadSpec
 from kai_ray.core import NodeInfo, QueueInfo, Request, device_share, gang_never_fits
 from kai_ray.core.quantity import parse_run_time
@@ -20,6 +26,8 @@ from kai_ray.core.queues import leaf_queue_problem, listing
 __all__ = [
     "STRATEGIES",
     "SubmitError",
+    "accelerator_types",
+    "check_accelerator_types",
     "check_runtimes",
     "largest_fit",
     "listing",
@@ -54,6 +62,46 @@ def check_runtimes(spec: WorkloadSpec) -> None:
             raise SubmitError(f"{name}={value!r}: {exc}") from None
 
 
+_TYPES_FIX = "give a type such as 'A100', or a list of them, most preferred first (None: any type)"
+
+
+def accelerator_types(value: object) -> list[str]:
+    """The accelerator_type option as a list of types: one type (a string), or types in
+    order of preference (a list); None is any type. SubmitError naming the fix otherwise."""
+    if value is None:
+        return []
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list | tuple):
+        raise SubmitError(f"accelerator_type={value!r}: {_TYPES_FIX}")
+    for item in items:
+        if not isinstance(item, str) or not item.strip():
+            raise SubmitError(f"accelerator_type={value!r}: {item!r} is not a type name; {_TYPES_FIX}")
+    twice = sorted({t for t in items if items.count(t) > 1})
+    if twice:
+        raise SubmitError(f"accelerator_type={value!r}: {twice[0]!r} is given twice; name each type once")
+    return list(items)
+
+
+def check_accelerator_types(spec: WorkloadSpec) -> None:
+    """accelerator_type becomes a list of distinct types; mixed_accelerator_types is a
+    bool; a type asked for Ray's way in resources_per_worker is one type, and one the
+    option (if given) accepts."""
+    spec.accelerator_type = accelerator_types(spec.accelerator_type)
+    if not isinstance(spec.mixed_accelerator_types, bool):
+        raise SubmitError(f"mixed_accelerator_types={spec.mixed_accelerator_types!r}: give True or False")
+    by_hand = resource_gpu_types(spec.resources_per_worker)
+    if len(by_hand) > 1:
+        raise SubmitError(
+            f"resources_per_worker names {len(by_hand)} accelerator types ({', '.join(by_hand)}) but a "
+            f"node has one; for any of them use accelerator_type={by_hand!r} instead"
+        )
+    if by_hand and spec.accelerator_type and by_hand[0] not in spec.accelerator_type:
+        raise SubmitError(
+            f"resources_per_worker asks for {ACCELERATOR_PREFIX}{by_hand[0]} but "
+            f"accelerator_type={spec.accelerator_type!r}; give the type once, with accelerator_type="
+        )
+
+
 def validate_spec(
     spec: WorkloadSpec,
     queues: Sequence[QueueInfo],
@@ -73,6 +121,7 @@ def validate_spec(
     if problem:
         raise SubmitError(problem)
     check_runtimes(spec)
+    check_accelerator_types(spec)
     if spec.workers < 1 or not 0 <= spec.min_workers <= spec.workers:
         raise SubmitError(
             f"workers={spec.workers}, min_workers={spec.min_workers}: need "
@@ -102,9 +151,10 @@ def same_spec(first: WorkloadSpec, again: WorkloadSpec) -> bool:
     retried call) rather than another one. Quantities are compared as numbers."""
     try:
         resources = parse_resources(again.resources_per_worker)
+        types = accelerator_types(again.accelerator_type)
     except ValueError:
         return False
-    return first == dataclasses.replace(again, resources_per_worker=resources)
+    return first == dataclasses.replace(again, resources_per_worker=resources, accelerator_type=types)
 
 
 def largest_fit(request: Request, nodes: Iterable[NodeInfo]) -> str | None:

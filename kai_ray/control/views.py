@@ -204,6 +204,8 @@ def queue_views(
                 "fair_share": list(st.fair_share) if st else None,
                 "allocated": list(st.allocated) if st else None,
                 "requested": list(st.requested) if st else None,
+                # Per GPU type a queue names: quota, limit, fair_share, allocated.
+                "by_gpu_type": {t: dict(f) for t, f in st.gpu_types.items()} if st else {},
                 "pending": pending[q.name],
                 "running": running[q.name],
             }

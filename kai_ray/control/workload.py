@@ -140,6 +140,11 @@ class WorkloadSpec:
     entrypoint: str = ""  # kind == "job": the shell command
     runtime_env: dict[str, Any] = field(default_factory=dict)
     metadata: dict[str, str] = field(default_factory=dict)
+    # The GPU types (Ray's accelerator types: H100, A100, ...) its workers may run on,
+    # most preferred first; empty: any. Its gang runs on one type unless
+    # mixed_accelerator_types. (make_spec takes one type as a string too.)
+    accelerator_type: list[str] = field(default_factory=list)
+    mixed_accelerator_types: bool = False
 
     @property
     def gang(self) -> int:

@@ -7,6 +7,7 @@ from kai_ray.core.incremental import CycleCache
 from kai_ray.core.model import (
     CPU,
     DEFAULT_ACTIONS,
+    DEFAULT_GPU_TYPE,
     GPU,
     HOSTNAME_LABEL,
     MEMORY,
@@ -19,6 +20,7 @@ from kai_ray.core.model import (
     CycleResult,
     Decision,
     Evict,
+    GpuTypeShare,
     JobInfo,
     NodeAffinity,
     NodeInfo,
@@ -43,6 +45,7 @@ from kai_ray.core.queues import QueueTreeError
 __all__ = [
     "CPU",
     "DEFAULT_ACTIONS",
+    "DEFAULT_GPU_TYPE",
     "GPU",
     "HOSTNAME_LABEL",
     "MEMORY",
@@ -58,6 +61,7 @@ __all__ = [
     "Decision",
     "EmptyRoom",
     "Evict",
+    "GpuTypeShare",
     "JobInfo",
     "NodeAffinity",
     "NodeInfo",

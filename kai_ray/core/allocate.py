@@ -213,7 +213,7 @@ def _place_surplus(ctx: CycleContext, job: Job, surplus: list[Task], action: str
             at = f"elastic job at {job.active()} of {count(len(job.tasks), 'task')}"
             ctx.stmt.set_reason(job.name, Reason(problem.code, f"{at}; {problem.text}"))
             break
-        mask = ctx.placer.job_mask(job)
+        mask = ctx.placer.within_type_limits(job, [task], ctx.placer.job_mask(job))
         if not ctx.placer.place_all(ctx.stmt, [task], mask, action):
             why = explain_unplaced(ctx.placer, [task])
             ctx.stmt.set_reason(

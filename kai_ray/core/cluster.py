@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -21,6 +22,9 @@ from kai_ray.core.gpushare import device_share, fixed_share, shares_device, whol
 from kai_ray.core.model import JobInfo, NodeAffinity, NodeInfo, Request, TaskInfo, TaskStatus
 from kai_ray.core.queues import QueueTree
 from kai_ray.core.subgroups import WHOLE, pick, shortfall, surplus, tally
+
+if TYPE_CHECKING:
+    from kai_ray.core.typedqueues import TypedQueues
 
 __all__ = [
     "ClusterState",
@@ -113,23 +117,33 @@ class QueueUsage:
         self.allocated: list[list[float]] = [[0.0, 0.0, 0.0] for _ in range(q)]
         self.allocated_nonpreemptible: list[list[float]] = [[0.0, 0.0, 0.0] for _ in range(q)]
         self.requested = np.zeros((q, 3))
+        # Per GPU type, where queues name types (typedqueues.py; set per cycle): kept in
+        # step with the rows here as tasks are placed and evicted.
+        self.typed: TypedQueues | None = None
 
     def add_undoable(
-        self, queue: int, amount: FloatArray, nonpreemptible: bool, sign: float = 1.0
+        self, queue: int, amount: FloatArray, nonpreemptible: bool, sign: float = 1.0, node: int = -1
     ) -> Callable[[], None]:
         """add, and how to take it back to the very same figures: the rows as they were
         (adding the opposite need not give the same bits back, and a trial the reference
-        never made must leave no trace)."""
+        never made must leave no trace). `node`: where the task is, for the per-type figures."""
         ancestors = self.tree.ancestors[queue]
         allocated = [(a, self.allocated[a][:]) for a in ancestors]
         held = [(a, self.allocated_nonpreemptible[a][:]) for a in ancestors] if nonpreemptible else []
         self.add(queue, amount, nonpreemptible, sign)
+        typed = (
+            None
+            if self.typed is None
+            else self.typed.add(queue, node, float(amount[0]), nonpreemptible, sign)
+        )
 
         def undo() -> None:
             for a, row in allocated:
                 self.allocated[a][:] = row
             for a, row in held:
                 self.allocated_nonpreemptible[a][:] = row
+            if typed is not None:
+                typed()
 
         return undo
 

@@ -8,6 +8,7 @@ from kai_ray.core.capacity import quota_problem
 from kai_ray.core.cluster import EPS, Job, Task
 from kai_ray.core.context import CycleContext
 from kai_ray.core.failedsearches import FailedSearches, FailureKey, Grounds, search_key
+from kai_ray.core.gputypes import usable_victim
 from kai_ray.core.preemptiondelay import HeldBack
 from kai_ray.core.reasons import unmet_affinity
 from kai_ray.core.settling import each_waiting_gang
@@ -103,6 +104,9 @@ def _consolidate_for(ctx: CycleContext, job: Job, gang: list[Task]) -> bool:
     holds only when every victim is placed again: moves, never evictions."""
     movable = [j for j in ctx.state.jobs if ctx.policy.may_be_victim(j) and j is not job]
     units = victim_units(movable, ctx.policy.victim_order)
+    type_mask = ctx.placer.type_mask(job)
+    if type_mask is not None:  # moving work off GPUs it cannot use frees nothing for it
+        units = list(filter(usable_victim(type_mask), units))
     jobs: dict[int, None] = {}
     kept: list[Unit] = []
     for u in units:  # KAI counts jobs, not units

@@ -33,6 +33,7 @@ from kai_ray.core.placement import Placer
 from kai_ray.core.policy import DEFAULT_POLICY, Policy
 from kai_ray.core.queues import build_queue_tree
 from kai_ray.core.statement import Statement
+from kai_ray.core.typedqueues import typed_queues
 
 __all__ = [
     "ACTIONS",
@@ -125,6 +126,7 @@ def prepare_cycle(
     shares = compute_fair_shares(
         state.tree, total, state.usage.requested, _usage_array(snapshot, state), config.k_value
     )
+    state.usage.typed = typed_queues(snapshot.queues, state, placer.gpu_types, config.k_value)
     return CycleContext(
         state=state,
         shares=shares,
@@ -237,12 +239,14 @@ def _queue_status(state: ClusterState, shares: FairShares) -> dict[str, QueueSta
     # Rows as plain lists first: one conversion per array, not per figure.
     deserved, fair_share = shares.deserved.tolist(), shares.fair_share.tolist()
     allocated, requested = state.usage.allocated, state.usage.requested.tolist()
+    typed = state.usage.typed
     return {
         name: QueueStatus(
             deserved=_triple(deserved[q]),
             fair_share=_triple(fair_share[q]),
             allocated=_triple(allocated[q]),
             requested=_triple(requested[q]),
+            gpu_types={} if typed is None else typed.figures(q),
         )
         for q, name in enumerate(state.tree.names)
     }

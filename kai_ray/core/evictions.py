@@ -10,21 +10,23 @@ even in the job's reason, unless what blocked it is worth saying (min runtime).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from kai_ray.core.capacity import describe_amount, format_resource, quota_problem
-from kai_ray.core.cluster import EPS, ClusterState, Job, Task
+from kai_ray.core.capacity import describe_amount, quota_problem
+from kai_ray.core.cluster import Job, Task
 from kai_ray.core.consolidation import consolidate
 from kai_ray.core.context import CycleContext
 from kai_ray.core.failedsearches import FailedSearches, FailureKey, Grounds, search_key, victim_inputs
-from kai_ray.core.hooks import ReclaimSides
+from kai_ray.core.gputypes import usable_victim
 from kai_ray.core.model import Reason, TaskStatus
 from kai_ray.core.preemptiondelay import HeldBack
 from kai_ray.core.reasons import unmet_affinity
+from kai_ray.core.reclaimrules import TypedReclaim, may_take, over_share_reason, reclaim_valid, typed_reclaim
 from kai_ray.core.settling import each_waiting_gang
 from kai_ray.core.solver import Scenario, Terms, solve
 from kai_ray.core.subgroups import short_words
@@ -56,8 +58,14 @@ class VictimSearch:
     # that found no room with the same verdicts finds none again): none by default.
     verdicts: Callable[[list[Unit]], tuple[object, ...]] = lambda units: ()
 
+    # Whether this candidate may be taken, beyond its queue (reclaim on GPU types: the
+    # type of the GPUs it frees); None: any the queue allows.
+    eligible_unit: Callable[[Unit], bool] | None = None
+
     def eligible(self, u: Unit) -> bool:
-        return self.eligible_queue is None or self.eligible_queue(u.job.queue)
+        if self.eligible_queue is not None and not self.eligible_queue(u.job.queue):
+            return False
+        return self.eligible_unit is None or self.eligible_unit(u)
 
     def reads_standings_as_it_evicts(self) -> bool:
         """Whether the search asks the queues' standings again after each victim (which
@@ -85,11 +93,12 @@ def make_room(
         return False
     victims = search.victims()
     protected: list[Unit] = []  # candidates that only their min runtime kept
+    frees_usable = usable_victim(ctx.placer.type_mask(job))
 
     def allowed(u: Unit) -> bool:
         # As KAI: candidates filtered by the standings as the search begins; the
         # scenario's victims then judged by search.valid.
-        if not search.eligible(u):
+        if not search.eligible(u) or not frees_usable(u):
             return False
         if ctx.policy.min_runtime_protects(u, search.min_runtime(u), ctx.now):
             protected.append(u)
@@ -292,8 +301,19 @@ def _reclaim_for(
     if not gang:
         return False
     amount = ctx.amount(gang)
+    typed = typed_reclaim(ctx, job)
+    if typed is not None:
+        return _typed_reclaim_for(
+            ctx,
+            job,
+            amount,
+            typed,
+            _reclaim_search(ctx, job, amount, candidates, giving, takes),
+            failed,
+            held,
+        )
     if not policy.may_reclaim(state, shares, job, amount):
-        ctx.stmt.default_reason(job.name, functools.partial(_over_share_reason, ctx, job, amount))
+        ctx.stmt.default_reason(job.name, functools.partial(over_share_reason, ctx, job, amount))
         # The verdict reads the job's queue, amount and preemptibility, all in its search
         # key: a job with the same key is turned away too until room moves, so the rest
         # of the line can settle (settling.py) instead of being ranked job by job.
@@ -301,6 +321,33 @@ def _reclaim_for(
         return False
 
     return make_room(ctx, job, _reclaim_search(ctx, job, amount, candidates, giving, takes), failed, held)
+
+
+def _typed_reclaim_for(
+    ctx: CycleContext,
+    job: Job,
+    amount: np.ndarray,
+    typed: TypedReclaim,
+    search: VictimSearch,
+    failed: FailedSearches,
+    held: HeldBack,
+) -> bool:
+    """Reclaim judged on the GPU types the job may take (reclaimrules.TypedReclaim)
+    rather than on the plain gpu total: the same search, other judgements."""
+    passing = typed.passing(amount)
+    if not passing:
+        ctx.stmt.default_reason(job.name, lambda: typed.refused(amount))
+        failed.add(search_key(job, job.next_step(), "reclaim"), None, Grounds.SHARE)
+        return False
+    allowed = typed.unit_allowed(passing)
+    search = dataclasses.replace(
+        search,
+        eligible_queue=None,
+        eligible_unit=allowed,
+        valid=typed.valid,
+        verdicts=lambda units: (tuple(map(allowed, units)), typed.standings()),
+    )
+    return make_room(ctx, job, search, failed, held)
 
 
 def _reclaim_search(
@@ -331,7 +378,7 @@ def _reclaim_search(
         known = side_verdicts.get(theirs)
         if known is not None and known[0] == row:
             return known[1]
-        verdict = _may_take(ctx, mine, theirs, mine_before[mine] + amount, amount)
+        verdict = may_take(ctx, mine, theirs, mine_before[mine] + amount, amount)
         side_verdicts[theirs] = (list(row), verdict)
         return verdict
 
@@ -354,77 +401,11 @@ def _reclaim_search(
         min_runtime=lambda u: tree.reclaim_min_runtime_for(job.queue, u.job.queue),
         evict_reason=lambda u: reason(),
         giving=giving,
-        valid=functools.partial(_reclaim_valid, ctx, job, amount, before),
+        valid=functools.partial(reclaim_valid, ctx, job, amount, before),
         verdicts=lambda units: (
             tuple(eligible(u.job.queue) for u in units),
             giving.signature([u.job.queue for u in units]),
         ),
-    )
-
-
-def _reclaim_valid(
-    ctx: CycleContext, job: Job, asked: np.ndarray, before: np.ndarray, scenario: Scenario
-) -> bool:
-    """KAI's judgement of a reclaim scenario, on the victims it actually stops (a victim
-    placed again elsewhere gives nothing): each in turn must be one the reclaim
-    strategies allow where the two queues' ancestry diverges, with what that side keeps
-    after the victims before it (policy.reclaim_allows); then the reclaimer's path must
-    stay within KAI's bound (policy.reclaim_keeps_bounds), read off the state with the
-    scenario applied."""
-    state, shares, tree, policy = ctx.state, ctx.shares, ctx.state.tree, ctx.policy
-    left: dict[int, np.ndarray] = {}
-    for u in sorted(scenario.stopped, key=lambda u: u.job.queue):
-        common = tree.lowest_common_ancestor(job.queue, u.job.queue)
-        mine, theirs = tree.child_toward(common, job.queue), tree.child_toward(common, u.job.queue)
-        held = left.setdefault(theirs, before[theirs].copy())
-        sides = ReclaimSides(
-            my_after=(before[mine] + asked).tolist(),
-            my_deserved=shares.deserved[mine].tolist(),
-            their_allocated=held.tolist(),
-            their_deserved=shares.deserved[theirs].tolist(),
-            their_allocatable=shares.allocatable[theirs].tolist(),
-        )
-        if not policy.reclaim_allows(sides):
-            return False
-        held -= ctx.amount(list(u.tasks))
-    return policy.reclaim_keeps_bounds(state, shares, job, asked, _gave(state, before, job.queue))
-
-
-def _gave(state: ClusterState, before: np.ndarray, reclaimer: int) -> dict[int, np.ndarray]:
-    """What each queue off the reclaimer's path lost to this search's victims."""
-    lost = before - np.array(state.usage.allocated)
-    path = set(state.tree.ancestors[reclaimer])
-    return {q: lost[q] for q in np.flatnonzero((lost > EPS).any(axis=1)).tolist() if q not in path}
-
-
-def _over_share_reason(ctx: CycleContext, job: Job, amount: np.ndarray) -> Reason:
-    """Names the resource that would go over (the first of gpu, cpu, memory)."""
-    q = job.queue
-    cannot = f"no free room, and queue {ctx.state.tree.names[q]} cannot reclaim"
-    held = ctx.state.usage.allocated[q]
-    share = ctx.shares.fair_share[q]
-    over = [r for r in range(3) if held[r] + amount[r] > share[r] + EPS]
-    if not over:  # what failed was the deserved quota of non-preemptible work
-        return Reason("queue-quota", f"{cannot}: its non-preemptible jobs would go over its deserved quota")
-    r = over[0]
-    return Reason(
-        "fair-share",
-        f"{cannot}: it would go over its fair share of {format_resource(r, float(share[r]))} "
-        f"(it holds {format_resource(r, held[r])}, this job asks for {format_resource(r, float(amount[r]))})",
-    )
-
-
-def _may_take(ctx: CycleContext, mine: int, theirs: int, my_after: np.ndarray, asked: np.ndarray) -> bool:
-    shares = ctx.shares
-    return ctx.policy.reclaim_may_take_from(
-        ReclaimSides(
-            my_after=my_after.tolist(),
-            my_deserved=shares.deserved[mine].tolist(),
-            their_allocated=list(ctx.state.usage.allocated[theirs]),
-            their_deserved=shares.deserved[theirs].tolist(),
-            their_allocatable=shares.allocatable[theirs].tolist(),
-            asked=asked.tolist(),
-        )
     )
 
 

@@ -91,7 +91,7 @@ def search_key(
     minMember; a job whose gang is all its tasks places exactly that many; with
     subgroups, their minimums and each task's subgroup), the node selector, the required
     node affinity (the job's, or each task's where its tasks differ), the topology
-    constraint, the spreading, and the action's own inputs.
+    constraint, the spreading, the GPU types it accepts, and the action's own inputs.
     A job with active tasks is keyed by itself: where they run shapes the search (its
     topology domain, its spread, its own tasks never being its victims).
     `tasks` may be a callable returning them, with `n` their number: then a key kept
@@ -129,6 +129,8 @@ def _search_key(job: Job, tasks: Sequence[Task], action: str) -> FailureKey:
         affinity,
         info.topology,
         info.spread,
+        info.gpu_types,
+        info.mixed_gpu_types,
     )
     if info.subgroups:  # a failure's reason names the subgroup that did not fit: which is which
         placement += (tuple(info.subgroups.items()), tuple(t.info.subgroup for t in tasks))

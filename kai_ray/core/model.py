@@ -19,6 +19,7 @@ from kai_ray.core.gpushare import device_share, shares_device
 __all__ = [
     "CPU",
     "DEFAULT_ACTIONS",
+    "DEFAULT_GPU_TYPE",
     "GPU",
     "HOSTNAME_LABEL",
     "MEMORY",
@@ -32,6 +33,7 @@ __all__ = [
     "CycleResult",
     "Decision",
     "Evict",
+    "GpuTypeShare",
     "JobInfo",
     "NodeAffinity",
     "NodeInfo",
@@ -55,6 +57,9 @@ __all__ = [
 RESOURCES: tuple[str, str, str] = ("gpu", "cpu", "memory")
 GPU, CPU, MEMORY = 0, 1, 2
 UNLIMITED = -1.0  # a quota of -1 means "the whole cluster"; a limit of -1 means "no cap"
+# The GPU type of a node whose type is not known (docs/gpu-types.md): a cluster with one
+# type decides exactly as one without types.
+DEFAULT_GPU_TYPE = "default"
 
 DEFAULT_ACTIONS: tuple[str, ...] = (
     "allocate",
@@ -123,10 +128,24 @@ class NodeInfo:
     labels: Mapping[str, str] = field(default_factory=dict)
     unschedulable: bool = False  # no new placements; running tasks stay
     extended: tuple[tuple[str, float], ...] = ()
-    gpu_model: str = ""
+    gpu_model: str = ""  # the device's product name, as discovered (shown, never decided on)
+    # The kind of GPU the node has, as queues and workloads name it (H100, A100, ...):
+    # Ray's accelerator type, Kubernetes' nvidia.com/gpu.product label.
+    gpu_type: str = DEFAULT_GPU_TYPE
     # Held by work this scheduler does not manage ("gpu", "cpu", "memory" or an extended
     # name): not free to place on, but still part of the node's capacity.
     used_outside: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GpuTypeShare:
+    """A queue's GPUs of one type (docs/gpu-types.md): quota, limit and over-quota weight
+    beside the queue's plain gpu figures, which stay the total over every type."""
+
+    gpu_type: str
+    quota: float = 0.0  # -1: every GPU of the type
+    limit: float = UNLIMITED
+    over_quota_weight: float | None = None  # None: the queue's gpu over-quota weight
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +164,7 @@ class QueueInfo:
     # read by the forecast (expected) and by the control plane's stop (max).
     expected_runtime: float | None = None
     max_runtime: float | None = None
+    gpu_types: tuple[GpuTypeShare, ...] = ()  # per GPU type; a type not listed: no quota of it
 
 
 # Node labels whose value is the node's own identity: Kubernetes' hostname label, and
@@ -220,6 +240,10 @@ class JobInfo:
     expected_runtime: float | None = None
     max_runtime: float | None = None
     ran: float = 0.0
+    # The GPU types its tasks may run on, most preferred first; empty: any. Its gang runs
+    # on one type (the first of them with room) unless `mixed_gpu_types`.
+    gpu_types: tuple[str, ...] = ()
+    mixed_gpu_types: bool = False
 
     @property
     def gang_size(self) -> int:
@@ -331,6 +355,9 @@ class QueueStatus:
     fair_share: tuple[float, float, float]
     allocated: tuple[float, float, float]
     requested: tuple[float, float, float]
+    # Per GPU type some queue names (docs/gpu-types.md): quota, limit, fair_share and
+    # allocated, in devices; empty where no queue names a type.
+    gpu_types: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
 
 # Why a job waits, as a stable identifier (docs/semantics.md lists them with a line each):
@@ -342,6 +369,7 @@ REASON_CODES: tuple[str, ...] = (
     "gang-too-big",  # can never fit the cluster as it is, even empty
     "node-selector",  # no schedulable node matches its node selector
     "node-affinity",  # no schedulable node meets the required node affinity of one of its tasks
+    "gpu-type",  # no schedulable node it may use has a GPU type it accepts
     "topology",  # no domain of its required topology level has room
     "spread",  # too few nodes with room hold none of its tasks (required spread)
     "no-room",  # would fit the empty cluster, not the room free now; no victim makes room

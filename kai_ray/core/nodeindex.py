@@ -15,6 +15,7 @@ import math
 from collections.abc import Generator
 
 import numpy as np
+import numpy.typing as npt
 
 from kai_ray.core.cluster import EPS, Nodes
 
@@ -22,13 +23,17 @@ __all__ = ["GpuBuckets"]
 
 
 class GpuBuckets:
-    def __init__(self, nodes: Nodes) -> None:
+    """`members`: the nodes to index (the nodes of one GPU type); None: every node."""
+
+    def __init__(self, nodes: Nodes, members: npt.NDArray[np.bool_] | None = None) -> None:
         self.nodes = nodes
         top = int(nodes.gpus.max()) if len(nodes) else 0
         self.size = top + 1
         self.level = np.full(len(nodes), -1, dtype=np.int64).tolist()
+        indexed = nodes.schedulable if members is None else nodes.schedulable & members
+        self.indexed: list[bool] = indexed.tolist()
         heaps: list[list[int]] = [[] for _ in range(self.size)]
-        for node in np.flatnonzero(nodes.schedulable).tolist():
+        for node in np.flatnonzero(indexed).tolist():
             level = self._level_of(node)
             self.level[node] = level
             if level >= 0:
@@ -41,7 +46,7 @@ class GpuBuckets:
 
     def update(self, node: int) -> None:
         """Call after the node's idle GPUs changed."""
-        if not self.nodes.schedulable[node]:
+        if not self.indexed[node]:
             return
         new = self._level_of(node)
         if new != self.level[node]:

@@ -10,6 +10,7 @@ import numpy as np
 
 from kai_ray.core.cluster import EPS, BoolArray, ClusterState, FloatArray, Job, Task
 from kai_ray.core.gpushare import device_shares
+from kai_ray.core.gputypes import GpuTypes, gpus_of
 from kai_ray.core.model import NodeAffinity, SchedulerConfig, TaskStatus, TopologyConstraint
 from kai_ray.core.nodeindex import GpuBuckets
 from kai_ray.core.nodesets import Domains, affinity_mask, domain_ids, selector_mask
@@ -30,7 +31,7 @@ class Placer:
         # Base masks: per selector for the usual job (no affinity), per selector and
         # affinity for a job whose tasks share one; `()` keys every schedulable node.
         self._selector_masks: dict[Selector, BoolArray] = {}
-        self._base_masks: dict[tuple[Selector, NodeAffinity], BoolArray] = {}
+        self._base_masks: dict[tuple[Selector, NodeAffinity | None, tuple[str, ...]], BoolArray] = {}
         self._affinity_masks: dict[NodeAffinity, BoolArray] = {}  # per affinity (by value)
         self._domains: dict[str, Domains] = {}
         self._buckets: GpuBuckets | None = None
@@ -46,6 +47,12 @@ class Placer:
         # it from the node's releasing room alone, so to its node scores (which prefer a
         # node the task fits in idle room) a node keeps the idle room it had.
         self.all_room: FloatArray | None = None
+        self._gpu_types: GpuTypes | None = None
+        # Per GPU type: the all-nodes mask narrowed to it, and a GPU index of its nodes,
+        # so a gang placed on one type keeps the fast paths of the whole cluster's mask.
+        self._type_masks: dict[int, BoolArray] = {}
+        self._type_buckets: dict[int, GpuBuckets] = {}
+        self._type_of_mask: dict[int, int] = {}  # id of a mask of _type_masks -> its type
 
     @property
     def buckets(self) -> GpuBuckets:
@@ -57,18 +64,108 @@ class Placer:
     # ------------------------------------------------------------ filters
 
     def base_mask(self, job: Job) -> BoolArray:
-        """Schedulable nodes that match the job's node selector and the affinity all its
-        tasks share (cached per both)."""
-        selector, affinity = job.selector, job.affinity
+        """Schedulable nodes that match the job's node selector, the affinity all its
+        tasks share and the GPU types it accepts (cached per all three)."""
+        selector, affinity, types = job.selector, job.affinity, job.info.gpu_types
         mask = self._selector_masks.get(selector)
         if mask is None:
             mask = self._selector_masks[selector] = selector_mask(self.state.nodes, selector)
-        if affinity is None:
+        if affinity is None and not types:
             return mask
-        narrowed = self._base_masks.get((selector, affinity))
+        key = (selector, affinity, types)
+        narrowed = self._base_masks.get(key)
         if narrowed is None:
-            narrowed = self._base_masks[(selector, affinity)] = mask & self.affinity_mask(affinity)
+            narrowed = mask if affinity is None else mask & self.affinity_mask(affinity)
+            if types:
+                narrowed = narrowed & self.gpu_types.accepting(types)
+            self._base_masks[key] = narrowed
         return narrowed
+
+    @property
+    def gpu_types(self) -> GpuTypes:
+        if self._gpu_types is None:
+            self._gpu_types = GpuTypes(self.state.nodes)
+        return self._gpu_types
+
+    def type_mask(self, job: Job) -> BoolArray | None:
+        """The nodes whose GPUs the job may use, by type alone: those of the type its
+        gang already holds (a gang stays on one type unless it may span them), else of
+        the types it accepts; None when types do not narrow it (one type in the
+        cluster, or a job that accepts any and holds none)."""
+        types = self.gpu_types
+        if not types.several:
+            return None
+        if not job.info.mixed_gpu_types:
+            held = types.held_by(job)
+            if held is not None:
+                return types.of(held)
+        return types.accepting(job.info.gpu_types) if job.info.gpu_types else None
+
+    def type_choices(self, job: Job, mask: BoolArray, tasks: Sequence[Task] = ()) -> Iterator[BoolArray]:
+        """The node sets a gang may take, in the order it tries them: one GPU type each,
+        unless it may span types or asks for no GPU (then `mask` whole). The types it
+        accepts in its order of preference; a gang that accepts any type tries the type
+        with the fewest free GPUs first, as binpacking does nodes (which leaves the big
+        free pools to gangs that accept fewer types). A type whose queue limit (or, for
+        non-preemptible work, quota) `tasks` would pass is skipped (typedqueues.py); a
+        gang that may span types keeps off every such type (how it would split between
+        types is not known before it is placed: as if all of it went to each)."""
+        types, typed = self.gpu_types, self.state.usage.typed
+        if (typed is None and not types.several) or not types.asks_gpu(job):
+            yield mask
+            return
+        gpus = gpus_of(tasks)
+        if job.info.mixed_gpu_types:
+            yield self.within_type_limits(job, tasks, mask)
+            return
+        held = types.held_by(job)
+        order = [held] if held is not None else types.order_for(job, mask)
+        for t in order:
+            if typed is not None and typed.blocked(job, t, gpus):
+                continue
+            narrowed = self._of_type(job, mask, t)
+            if narrowed.any():
+                yield narrowed
+
+    def _of_type(self, job: Job, mask: BoolArray, t: int) -> BoolArray:
+        """`mask` narrowed to one GPU type. For a job with no selector or affinity, its
+        mask (every node, or every node of the types it accepts) narrowed to a type is
+        the cluster's nodes of that type: one array per type, whose identity keys the
+        type's GPU index (_indexed)."""
+        every = self._selector_masks.get(())
+        if every is None or job.selector or job.affinity is not None:
+            return mask & self.gpu_types.of(t)
+        narrowed = self._type_masks.get(t)
+        if narrowed is None:
+            narrowed = self._type_masks[t] = every & self.gpu_types.of(t)
+            self._type_of_mask[id(narrowed)] = t
+        return narrowed
+
+    def _indexed(self, mask: BoolArray) -> GpuBuckets | None:
+        """The GPU index that answers for `mask`: the whole cluster's, or one type's."""
+        if mask is self._selector_masks.get(()):
+            return self.buckets
+        t = self._type_of_mask.get(id(mask))
+        if t is None or self._type_masks[t] is not mask:
+            return None
+        buckets = self._type_buckets.get(t)
+        if buckets is None:
+            buckets = self._type_buckets[t] = GpuBuckets(self.state.nodes, self.gpu_types.ids == t)
+            self.state.nodes.watchers.append(buckets.update)
+        return buckets
+
+    def within_type_limits(self, job: Job, tasks: Sequence[Task], mask: BoolArray) -> BoolArray:
+        """`mask` without the nodes of every type whose queue limit (or quota, for
+        non-preemptible work) `tasks` would pass (typedqueues.py): for tasks placed one by
+        one (an elastic job's surplus), or a gang that may span types."""
+        typed = self.state.usage.typed
+        if typed is None:
+            return mask
+        types, gpus = self.gpu_types, gpus_of(tasks)
+        for t in range(len(types.names)):
+            if gpus > 0 and typed.blocked(job, t, gpus):
+                mask = mask & ~(types.ids == t)
+        return mask
 
     def affinity_mask(self, affinity: NodeAffinity) -> BoolArray:
         """Schedulable nodes the affinity admits (cached per distinct affinity)."""
@@ -92,6 +189,9 @@ class Placer:
         some domain of that level when none runs, and
         a job that requires spreading keeps off the nodes its tasks already hold."""
         mask = self.base_mask(job)
+        by_type = self.type_mask(job)
+        if by_type is not None:
+            mask = mask & by_type
         constraint = job.info.topology
         if constraint is not None and constraint.required:
             ids, _ = self.domains(constraint.required)
@@ -163,8 +263,9 @@ class Placer:
     def choose(self, task: Task, mask: BoolArray, allow_pipeline: bool) -> Spot | None:
         if self.all_room is not None and allow_pipeline:
             return self._best_of_all_room(task, mask, self.all_room)
-        if mask is self._selector_masks.get(()) and not task.fraction_request and task.demand[0] >= 1:
-            node = self._first_in_buckets(task)
+        buckets = self._indexed(mask) if not task.fraction_request and task.demand[0] >= 1 else None
+        if buckets is not None:
+            node = self._first_in_buckets(task, buckets)
             if node >= 0:
                 return node, -1, False
             if node == _NONE_FITS:
@@ -177,7 +278,7 @@ class Placer:
             return None
         return self._pipelined(task, mask)
 
-    def _first_in_buckets(self, task: Task) -> int:
+    def _first_in_buckets(self, task: Task, buckets: GpuBuckets) -> int:
         """The best node for a whole-GPU task from the GPU index: a node, or _NONE_FITS,
         or _UNSURE when too many candidates failed on other resources (then scan)."""
         idle = self.state.nodes.idle
@@ -187,7 +288,7 @@ class Placer:
             others = [(int(c), float(demand[c]) - EPS) for c in np.flatnonzero(demand) if c > 0]
             self._other_needs[id(demand)] = others
         spread = self.config.gpu_placement == "spread"
-        first = self.buckets.first(float(demand[0]), spread)
+        first = buckets.first(float(demand[0]), spread)
         if first < 0:
             return _NONE_FITS
         for c, need in others:
@@ -196,7 +297,7 @@ class Placer:
         else:
             return first  # the usual case: the best node by GPUs fits the rest too
         tried = 0
-        walk = self.buckets.candidates(float(demand[0]), spread)
+        walk = buckets.candidates(float(demand[0]), spread)
         try:
             for node in walk:
                 for c, need in others:
@@ -270,8 +371,9 @@ class Placer:
         """Place every task or none (the caller's checkpoint is rolled back on failure)."""
         checkpoint = stmt.checkpoint()
         spreading = bool(tasks) and bool(tasks[0].job.info.spread)
-        if not spreading and self.all_room is None and self._can_fill_blocks(tasks, mask):
-            tasks = self._fill_blocks(stmt, tasks, action)
+        buckets = self._indexed(mask)
+        if not spreading and self.all_room is None and buckets is not None and self._can_fill_blocks(tasks):
+            tasks = self._fill_blocks(stmt, tasks, action, buckets)
         # A spreading gang counts its tasks per node as it goes, rather than per task.
         counts = self.own_counts(tasks[0].job) if spreading else None
         for task in tasks:
@@ -334,7 +436,7 @@ class Placer:
             self._demand_columns[id(demand)] = needs
         return needs
 
-    def _can_fill_blocks(self, tasks: Sequence[Task], mask: BoolArray) -> bool:
+    def _can_fill_blocks(self, tasks: Sequence[Task]) -> bool:
         """Under binpack a node that took a task only scores better, so the greedy
         task-by-task choice fills the best node before moving on: place in blocks. A
         single task is a block of one under either scoring (the GPU index's best node)."""
@@ -342,20 +444,21 @@ class Placer:
         return (
             (len(tasks) == 1 or self.config.gpu_placement == "binpack")
             and first.status is TaskStatus.PENDING
-            and mask is self._selector_masks.get(())
             and not first.job.per_task
             and not first.fraction_request
             and first.demand[0] >= 1
             and (first.job.uniform or all(t.demand is first.demand for t in tasks))
         )
 
-    def _fill_blocks(self, stmt: Statement, tasks: Sequence[Task], action: str) -> list[Task]:
+    def _fill_blocks(
+        self, stmt: Statement, tasks: Sequence[Task], action: str, buckets: GpuBuckets
+    ) -> list[Task]:
         """Bind blocks while nodes have room now; return the tasks still to place."""
         rest = list(tasks)
         idle = self.state.nodes.idle
         need = self._needs(rest[0].demand)
         while rest:
-            node = self._first_in_buckets(rest[0])
+            node = self._first_in_buckets(rest[0], buckets)
             if node < 0:
                 break
             if len(rest) == 1:  # the node fits one: that is what the index answers
@@ -370,13 +473,15 @@ class Placer:
     def place_gang(
         self, stmt: Statement, job: Job, tasks: Sequence[Task], action: str, allow_pipeline: bool = True
     ) -> bool:
-        mask = self.base_mask(job)
         constraint = job.info.topology
-        if constraint is None or not (constraint.required or constraint.preferred):
-            return self.place_all(stmt, tasks, mask, action, allow_pipeline)
-        for domain_mask in self.domain_masks(constraint, tasks, mask):
-            if self.place_all(stmt, tasks, domain_mask, action, allow_pipeline):
-                return True
+        for mask in self.type_choices(job, self.base_mask(job), tasks):
+            if constraint is None or not (constraint.required or constraint.preferred):
+                if self.place_all(stmt, tasks, mask, action, allow_pipeline):
+                    return True
+                continue
+            for domain_mask in self.domain_masks(constraint, tasks, mask):
+                if self.place_all(stmt, tasks, domain_mask, action, allow_pipeline):
+                    return True
         return False
 
     def domain_masks(

@@ -449,17 +449,29 @@ def _place_again(ctx: CycleContext, tasks: list[Task], action: str) -> tuple[boo
         return False, set()
     stmt = ctx.stmt
     mark = stmt.checkpoint()
-    mask = ctx.placer.job_mask(job)
     was = {id(t): (t.node, t.device) for t in tasks}
+    # On one GPU type, as any placement of the job (Placer.type_choices); one mask where
+    # the cluster has one type.
+    for mask in ctx.placer.type_choices(job, ctx.placer.job_mask(job), tasks):
+        if _spots(ctx, tasks, mask, action):
+            return True, {id(t) for t in tasks if _here(t) == _where(was[id(t)], t)}
+        stmt.rollback(mark)
+    return False, set()
+
+
+def _spots(ctx: CycleContext, tasks: list[Task], mask: np.ndarray, action: str) -> bool:
+    """Each task on the best node of `mask` for it, pipelined; False at the first that
+    finds none (the caller rolls back)."""
     for t in tasks:
         spot = ctx.placer.spot(t, mask, allow_pipeline=True)
         if spot is None:
-            stmt.rollback(mark)
-            return False, set()
-        stmt.place(t, spot[0], spot[1], True, action)
-    return True, {
-        id(t) for t in tasks if (t.node, t.device if t.fraction_request else -1) == _where(was[id(t)], t)
-    }
+            return False
+        ctx.stmt.place(t, spot[0], spot[1], True, action)
+    return True
+
+
+def _here(t: Task) -> tuple[int, int]:
+    return t.node, t.device if t.fraction_request else -1
 
 
 def _where(was: tuple[int, int], t: Task) -> tuple[int, int]:

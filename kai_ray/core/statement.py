@@ -200,7 +200,7 @@ class Statement:
         nodes.changed(node)
         job = task.job
         amount = self.state.queue_amount(task, node)
-        undo_usage = self.state.usage.add_undoable(job.queue, amount, not job.info.preemptible)
+        undo_usage = self.state.usage.add_undoable(job.queue, amount, not job.info.preemptible, node=node)
         previous = (task.status, task.node, task.device, task.placed_by)
         task.status = TaskStatus.PIPELINED if pipelined else TaskStatus.BINDING
         task.node, task.device, task.placed_by = node, device, action
@@ -260,7 +260,7 @@ class Statement:
         nodes.changed(node)
         amount = self.state.queue_amount(tasks[0], node)
         amount = amount * n if n > 1 else amount
-        undo_usage = self.state.usage.add_undoable(job.queue, amount, not job.info.preemptible)
+        undo_usage = self.state.usage.add_undoable(job.queue, amount, not job.info.preemptible, node=node)
         binding, pending = TaskStatus.BINDING, TaskStatus.PENDING
         for t in tasks:
             assert t.status is pending, "blocks are placed from pending tasks only"
@@ -328,7 +328,9 @@ class Statement:
             nodes.refresh_fractions(node)
         job = task.job
         amount = self.state.queue_amount(task, node)
-        undo_usage = self.state.usage.add_undoable(job.queue, amount, not job.info.preemptible, sign=-1.0)
+        undo_usage = self.state.usage.add_undoable(
+            job.queue, amount, not job.info.preemptible, sign=-1.0, node=node
+        )
         task.status = TaskStatus.RELEASING
         before = (task.evicted_from, task.evict_reason, task.taken_back)
         if task.evicted_from is None:  # else moved: the eviction that stands is its first

@@ -126,6 +126,8 @@ def _queue_row(q: QueueInfo, st: QueueStatus | None, depth: int, kids: list[str]
         "children": kids,
         "priority": q.priority,
         "resources": resources,
+        # Per GPU type a queue names (docs/gpu-types.md): quota, limit, fair_share, allocated.
+        "gpu_types": {t: dict(f) for t, f in st.gpu_types.items()} if st else {},
         "standing": standing,
         "over": over,
     }
@@ -249,6 +251,7 @@ def node_row(
         "labels": {k: v for k, v in node.labels.items() if k not in hidden},
         "domain": [node.labels.get(level, "") for level in levels],
         "gpu_model": node.gpu_model,
+        "gpu_type": node.gpu_type,
         "unschedulable": node.unschedulable,
         "gpus": node.gpus,
         "cpu": node.cpu,

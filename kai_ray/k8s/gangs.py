@@ -21,6 +21,8 @@ from kai_ray.config.priority import (
     read_preemptibility,
 )
 from kai_ray.control.affinity import node_affinity, read_terms
+from kai_ray.control.gputypes import gang_gpu_types
+from kai_ray.control.kubenodes import GPU_PRODUCT_LABEL
 from kai_ray.core.model import NodeAffinity, NodeSelectorTerm, Request, TopologyConstraint
 from kai_ray.core.quantity import parse_run_time
 from kai_ray.k8s.owners import (
@@ -106,6 +108,9 @@ class Gang:
     # Seconds of run time (annotations EXPECTED_RUNTIME, MAX_RUNTIME); None: not said.
     expected_runtime: float | None = None
     max_runtime: float | None = None
+    # The GPU types its GPU pods accept (kai_ray.control.gputypes); whether it spans types.
+    gpu_types: tuple[str, ...] = ()
+    mixed_gpu_types: bool = False
 
 
 class _Found(NamedTuple):
@@ -188,12 +193,18 @@ class GangContext:
     classes: PriorityClasses  # the cluster's PriorityClasses, kai-ray's defaults filled in
     default_queue: str
     submitter_elsewhere: Collection[str]  # gang ids whose submitter pod exists outside the gang
+    gpu_type_label: str = GPU_PRODUCT_LABEL  # the node label naming a node's GPU type
 
     @classmethod
     def of(
-        cls, priority_classes: Mapping[str, int], default_queue: str, submitter_elsewhere: Collection[str]
+        cls,
+        priority_classes: Mapping[str, int],
+        default_queue: str,
+        submitter_elsewhere: Collection[str],
+        gpu_type_label: str = GPU_PRODUCT_LABEL,
     ) -> GangContext:
-        return cls(PriorityClasses.of_cluster(priority_classes), default_queue, submitter_elsewhere)
+        classes = PriorityClasses.of_cluster(priority_classes)
+        return cls(classes, default_queue, submitter_elsewhere, gpu_type_label)
 
 
 def _submitter(group: _Group, ctx: GangContext, what: str) -> tuple[bool, Request | None]:
@@ -412,6 +423,7 @@ def _gang(group: _Group, ctx: GangContext) -> Gang:
         problems.append(f"{what}: {request_problem}")
     created = epoch(top.obj) if top.obj is not None else min(epoch(p) for p in pods)
     min_member, subgroup_min = _gang_size(group, counted, len(pods))
+    gpu_types, mixed = gang_gpu_types(pods, ctx.gpu_type_label)
     return Gang(
         id=lineage.gang_id,
         namespace=namespace,
@@ -433,6 +445,8 @@ def _gang(group: _Group, ctx: GangContext) -> Gang:
         problem="; ".join(p for p in problems if p),
         expected_runtime=expected,
         max_runtime=limit,
+        gpu_types=gpu_types,
+        mixed_gpu_types=mixed,
     )
 
 
@@ -443,6 +457,7 @@ def build_gangs(
     *,
     scheduler_names: Collection[str] = ("kai-ray", "kai-scheduler"),
     default_queue: str = "default-queue",
+    gpu_type_label: str = GPU_PRODUCT_LABEL,
 ) -> list[Gang]:
     """The gangs of the live pods that name one of `scheduler_names`, oldest first.
 
@@ -459,7 +474,7 @@ def build_gangs(
             groups.setdefault(lineage.gang_id, []).append((pod, lineage))
         elif role == "submitter elsewhere":
             elsewhere.add(lineage.gang_id)
-    ctx = GangContext.of(priority_classes, default_queue, frozenset(elsewhere))
+    ctx = GangContext.of(priority_classes, default_queue, frozenset(elsewhere), gpu_type_label)
     gangs = [gang_of(members, ctx) for members in groups.values()]
     return sorted(gangs, key=lambda g: (g.created_at, g.id))
 

@@ -31,6 +31,7 @@ from typing import Any
 
 from kai_ray.control.cycles import Cycles
 from kai_ray.control.forecast import Eta, Forecaster, forecast
+from kai_ray.control.kubenodes import GPU_PRODUCT_LABEL
 from kai_ray.control.loop import SchedulingLoop, StepResult
 from kai_ray.control.observed import ObservedLifecycle
 from kai_ray.control.pacing import Pacing, paced_steps
@@ -69,6 +70,9 @@ class OperatorOptions:
     # loopback needs a token.
     dashboard: tuple[str, int, str | None] | None = ("127.0.0.1", DEFAULT_PORT, None)
     leader: LeaseOptions | None = None  # None: no election, this process acts at once
+    # The node label whose value is the node's GPU type (H100, A100, ...); pods name the
+    # types they accept with a nodeSelector or required affinity on it.
+    gpu_type_label: str = GPU_PRODUCT_LABEL
 
 
 @dataclass(slots=True)
@@ -85,7 +89,11 @@ class Operator:
         self.options = options = options or OperatorOptions()
         self.watches = Watches(kube)
         self.source = KubeSource(
-            self.watches, options.scheduler_names, options.default_queue, can_grow=options.cluster_can_grow
+            self.watches,
+            options.scheduler_names,
+            options.default_queue,
+            can_grow=options.cluster_can_grow,
+            gpu_type_label=options.gpu_type_label,
         )
         sharing = None if options.sharing is None else DeviceSharing(kube, options.sharing)
         self.actuator = KubeActuator(kube, self.source, sharing, options.in_flight)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from kai_ray.control.kubenodes import GPU_PRODUCT_LABEL
 from kai_ray.core import ClusterSnapshot, JobInfo, NodeInfo, QueueInfo
 from kai_ray.k8s.gangs import build_gangs
 from kai_ray.k8s.sharing import idle_reservations, is_reservation
@@ -30,9 +31,11 @@ def rebuild_world(
     assumed: Mapping[str, str],
     placeholders: Mapping[str, str],
     virtual: Sequence[Mapping[str, Any]] | None = None,
+    gpu_type_label: str = GPU_PRODUCT_LABEL,
 ) -> World:
     """`virtual`: the pods standing for suspended owners when the caller keeps them
-    (the source does); otherwise made here from the owners (kai_ray.k8s.suspension)."""
+    (the source does); otherwise made here from the owners (kai_ray.k8s.suspension).
+    `gpu_type_label`: the node label naming a node's GPU type."""
     items = watches.pods.items.values()
     if virtual is None:
         scheduler = virtual_scheduler(names)
@@ -43,7 +46,12 @@ def rebuild_world(
         ]
     pods = [p for p in items if not is_reservation(p)] + list(virtual)
     gangs = build_gangs(
-        pods, OwnerObjects(watches), classes, scheduler_names=names, default_queue=default_queue
+        pods,
+        OwnerObjects(watches),
+        classes,
+        scheduler_names=names,
+        default_queue=default_queue,
+        gpu_type_label=gpu_type_label,
     )
     return build_world(
         watches.nodes.items.values(),
@@ -54,6 +62,7 @@ def rebuild_world(
         assumed=assumed,
         placeholders=placeholders,
         idle_holders=idle_reservations(list(items), assumed),
+        gpu_type_label=gpu_type_label,
     )
 
 

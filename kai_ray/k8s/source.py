@@ -24,6 +24,7 @@ from typing import Any
 from sortedcontainers import SortedDict
 
 from kai_ray.control.cycles import CHECK_INCREMENTAL_ENV
+from kai_ray.control.kubenodes import GPU_PRODUCT_LABEL
 from kai_ray.control.observed import Facts
 from kai_ray.control.runtime import Runtimes, max_runtime_reason, runtime_over_at
 from kai_ray.control.snapshot import kept
@@ -61,9 +62,11 @@ class KubeSource:
         default_queue: str,
         *,
         can_grow: bool = False,
+        gpu_type_label: str = GPU_PRODUCT_LABEL,
     ) -> None:
         self.watches, self.names, self.default_queue = watches, frozenset(scheduler_names), default_queue
         self.can_grow = can_grow  # an autoscaler adds nodes (the operator's --cluster-can-grow)
+        self.gpu_type_label = gpu_type_label  # the node label naming its GPU type (--gpu-type-label)
         self.check = bool(os.environ.get(CHECK_INCREMENTAL_ENV))
         self.owners = OwnerObjects(watches)
         self.index = PodIndex()
@@ -305,7 +308,9 @@ class KubeSource:
             self._touched.gangs |= set(self.index.members) | set(self.gangs) | set(self.problems)
         if not self._touched.gangs:
             return
-        ctx = GangContext.of(self._classes, self.default_queue, self.index.submitter_elsewhere())
+        ctx = GangContext.of(
+            self._classes, self.default_queue, self.index.submitter_elsewhere(), self.gpu_type_label
+        )
         for gid in sorted(self._touched.gangs):
             self._drop_gang(gid)
             members = self.index.members.get(gid)
@@ -455,7 +460,8 @@ class KubeSource:
         pods = self.watches.pods.items
         here = [pods[k] for k in self.index.on_node.get(name, ()) if k in pods]
         outside = [p for p in here if outside_node(p, self.names, self._counted, assumed) is not None]
-        info = tolerated_labels(node_info(obj, outside_use(outside)), self._taints.get(name, ()), profiles)
+        info = node_info(obj, outside_use(outside), self.gpu_type_label)
+        info = tolerated_labels(info, self._taints.get(name, ()), profiles)
         before = self._infos.get(name)
         self._infos[name] = kept(self._infos, name, info)
         if self._infos[name] is not before:
@@ -489,4 +495,5 @@ class KubeSource:
             self._assumed_nodes(),
             self.placeholders,
             list(self.virtual.values()),
+            self.gpu_type_label,
         )

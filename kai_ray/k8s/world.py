@@ -22,7 +22,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kai_ray.control.kubenodes import GPU_RESOURCE, node_info, outside_use
+from kai_ray.control.kubenodes import GPU_PRODUCT_LABEL, GPU_RESOURCE, node_info, outside_use
 from kai_ray.core import ClusterSnapshot, JobInfo, NodeAffinity, NodeInfo, QueueInfo, TaskInfo, TaskStatus
 from kai_ray.k8s.gangs import Gang, pod_finished, scheduled_by_us
 from kai_ray.k8s.requests import pod_request
@@ -64,11 +64,13 @@ def build_world(
     assumed: Mapping[str, str],
     placeholders: Mapping[str, str],
     idle_holders: Iterable[Mapping[str, Any]] = (),
+    gpu_type_label: str = GPU_PRODUCT_LABEL,
 ) -> World:
     """`assumed`: pod uid -> node for bindings sent but not seen yet in the pods' cache;
     `placeholders`: gang id -> node where its submitter's room is held; `idle_holders`:
     pods of ours that hold capacity for no task of the core (a GPU reservation whose
-    sharing pods are gone), counted as use outside until they are deleted."""
+    sharing pods are gone), counted as use outside until they are deleted;
+    `gpu_type_label`: the node label naming a node's GPU type."""
     names = frozenset(scheduler_names)
     gangs = list(gangs)
     usable = [g for g in gangs if not g.problem]
@@ -85,7 +87,9 @@ def build_world(
     taints = [blocking_taints(n) for n in nodes]
     profiles = dict(gang_profile(g) for g in usable) if any(taints) else {}
     infos = [
-        tolerated_labels(node_info(n, outside_use(on_node.get(n["metadata"]["name"], ()))), t, profiles)
+        tolerated_labels(
+            node_info(n, outside_use(on_node.get(n["metadata"]["name"], ())), gpu_type_label), t, profiles
+        )
         for n, t in zip(nodes, taints, strict=True)
     ]
     jobs: list[JobInfo] = []
@@ -143,6 +147,8 @@ def gang_job(
         subgroups=gang.subgroup_min,
         expected_runtime=gang.expected_runtime,
         max_runtime=gang.max_runtime,
+        gpu_types=gang.gpu_types,
+        mixed_gpu_types=gang.mixed_gpu_types,
     )
 
 

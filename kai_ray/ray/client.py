@@ -13,7 +13,7 @@ from typing import Any, Literal
 import ray
 
 from kai_ray.control import OWNER_KEY, QueueChangeError, SubmitError, WorkloadSpec
-from kai_ray.control.validate import check_runtimes
+from kai_ray.control.validate import accelerator_types, check_accelerator_types, check_runtimes
 from kai_ray.core import QueueInfo
 
 __all__ = [
@@ -208,11 +208,17 @@ def make_spec(
     on_preempt: Literal["requeue", "fail"] = "requeue",
     admission_timeout: float = 30.0,
     kind: Literal["function", "block", "job"] = "function",
+    accelerator_type: str | Sequence[str] | None = None,
     **extra: Any,
 ) -> WorkloadSpec:
     """A workload spec from what a user writes. A worker's resources come in Ray's names
     (`num_cpus`, `num_gpus`, `memory`, `resources`, as in `@ray.remote`) or as one
-    `resources_per_worker` dict; without either, a worker takes one CPU."""
+    `resources_per_worker` dict; without either, a worker takes one CPU.
+
+    `accelerator_type`: the GPU type its workers need ("A100"), or the types it accepts
+    in order of preference (["H100", "A100"]); its gang runs on one of them unless
+    `mixed_accelerator_types=True`. Unlike Ray's own option it adds no
+    `accelerator_type:` resource to the bundles: kai-ray chooses nodes of the type."""
     from kai_ray.config import PriorityClasses
 
     unknown = sorted(set(extra) - _SPEC_FIELDS)
@@ -237,9 +243,11 @@ def make_spec(
         on_preempt=on_preempt,
         grace_period=grace_period,
         admission_timeout=admission_timeout,
+        accelerator_type=accelerator_types(accelerator_type),
         **extra,
     )
     check_runtimes(spec)  # "2h" -> 7200.0 here: a retried submission compares the same
+    check_accelerator_types(spec)
     return spec
 
 

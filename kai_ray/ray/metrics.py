@@ -51,6 +51,14 @@ class SchedulerMetrics:
             tag_keys=("queue",),
         )
         self.cycle = Histogram("kai_ray_cycle_seconds", "one scheduling step", boundaries=_CYCLE_BUCKETS)
+        # Per GPU type, where queues name types (docs/gpu-types.md): one gauge per figure.
+        typed = ("queue", "gpu_type")
+        self.by_type = {
+            figure: Gauge(
+                f"kai_ray_queue_gpu_type_{figure}", f"{figure} per queue and GPU type", tag_keys=typed
+            )
+            for figure in ("quota", "limit", "fair_share", "allocated")
+        }
 
     def record(
         self, status: Mapping[str, QueueStatus], queues: Sequence[QueueInfo], workloads: Iterable[Workload]
@@ -65,6 +73,9 @@ class SchedulerMetrics:
                 self.allocated.set(st.allocated[i], tags=tags)
                 self.fair_share.set(st.fair_share[i], tags=tags)
                 self.requested.set(st.requested[i], tags=tags)
+            for gpu_type, figures in st.gpu_types.items():
+                for figure, gauge in self.by_type.items():
+                    gauge.set(figures[figure], tags={"queue": queue, "gpu_type": gpu_type})
         pending: dict[str, int] = {q.name: 0 for q in queues}
         for w in workloads:
             if w.state is State.QUEUED:

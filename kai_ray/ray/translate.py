@@ -13,9 +13,18 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from kai_ray.core import NodeInfo, Request
+from kai_ray.control.snapshot import ACCELERATOR_PREFIX
+from kai_ray.core import DEFAULT_GPU_TYPE, NodeInfo, Request
 
-__all__ = ["NODE_ID_LABEL", "RAY_NAMES", "autoscaler_request", "bundle_for", "node_info", "short_node_ids"]
+__all__ = [
+    "NODE_ID_LABEL",
+    "RAY_NAMES",
+    "autoscaler_request",
+    "bundle_for",
+    "gpu_type",
+    "node_info",
+    "short_node_ids",
+]
 
 NODE_ID_LABEL = "ray.io/node-id"
 GPU_MEMORY_LABEL = "kai-ray/gpu-memory"  # bytes per device, where NVML is not available
@@ -30,11 +39,27 @@ RAY_NAMES = {core: ray for ray, core in _CORE_COLUMN.items()}  # the core's name
 def _schedulable(name: str) -> bool:
     return not (
         name.startswith("node:")
-        or name.startswith("accelerator_type:")
+        or name.startswith(ACCELERATOR_PREFIX)
         or "_group_" in name
         or name.startswith("bundle_group")
         or name == "object_store_memory"
     )
+
+
+def gpu_type(labels: Mapping[str, str], resources: Mapping[str, float]) -> str:
+    """The node's GPU type, as Ray names accelerator types: its `ray.io/accelerator-type`
+    label, else its `accelerator_type:<T>` resource (what Ray's GPU detection and
+    `--resources` set), else the default type."""
+    label = labels.get(GPU_MODEL_LABEL)
+    if label:
+        return str(label)
+    # A node has one accelerator type; sorted, in case one is ever given two by hand.
+    named = sorted(
+        k[len(ACCELERATOR_PREFIX) :]
+        for k, v in resources.items()
+        if k.startswith(ACCELERATOR_PREFIX) and v > 0
+    )
+    return next((t for t in named if t), DEFAULT_GPU_TYPE)
 
 
 def node_info(
@@ -76,6 +101,7 @@ def node_info(
         unschedulable=bool(node.get("kai_unschedulable", False)),
         extended=extended,
         gpu_model=model,
+        gpu_type=gpu_type(labels, res),
         used_outside=tuple(outside),
     )
 

@@ -75,6 +75,8 @@ def build_job(spec: JobSpec, position: int, context: JobContext) -> JobInfo:
         node_selector=dict(spec.node_selector),
         stale_since=None if spec.stale_since is None else context.now + spec.stale_since,
         subgroups=subgroups,
+        gpu_types=tuple(spec.gpu_types),
+        mixed_gpu_types=spec.mixed_gpu_types,
     )
 
 

@@ -129,6 +129,7 @@ def _node(name: str, spec: NodeSpec) -> NodeInfo:
         gpu_memory=spec.gpu_memory,
         labels=dict(spec.labels),
         unschedulable=spec.unschedulable,
+        gpu_type=spec.gpu_type,
     )
 
 

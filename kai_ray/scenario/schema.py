@@ -15,7 +15,7 @@ from kai_ray.config.base import Duration, Labels, Quantity, StrictModel
 from kai_ray.config.priority import PriorityClassSpec
 from kai_ray.config.queues import QueueBody
 from kai_ray.config.scheduler import SchedulerOptions, TopologySpec, check_actions
-from kai_ray.core.model import DEFAULT_ACTIONS, REASON_CODES, NodeInfo
+from kai_ray.core.model import DEFAULT_ACTIONS, DEFAULT_GPU_TYPE, REASON_CODES, NodeInfo
 
 __all__ = [
     "MAX_GPUS_PER_NODE",
@@ -83,6 +83,18 @@ def _priority(value: object) -> object:
 Priority = Annotated[int | str, BeforeValidator(_priority)]
 
 
+def _gpu_types(value: Any) -> Any:
+    if isinstance(value, str):
+        value = [value]  # one type, written plainly
+    if isinstance(value, list) and len(set(value)) != len(value):
+        raise ValueError(f"{value!r} names a GPU type twice; list each type once, most preferred first")
+    return value
+
+
+GpuType = Annotated[str, Field(min_length=1, pattern=r"^\S+$")]
+GpuTypeList = Annotated[tuple[GpuType, ...], BeforeValidator(_gpu_types)]
+
+
 class NodeSpec(_Finite):
     gpus: int = Field(0, ge=0)
     cpu: Quantity = Field(_NODE.cpu, ge=0)  # cores
@@ -90,6 +102,7 @@ class NodeSpec(_Finite):
     gpu_memory: Quantity = Field(_NODE.gpu_memory, gt=0)  # bytes per device
     labels: Labels = Field(default_factory=dict)
     unschedulable: bool = False
+    gpu_type: GpuType = DEFAULT_GPU_TYPE  # H100, A100, ... (docs/gpu-types.md)
 
     @field_validator("gpus")
     @classmethod
@@ -170,6 +183,8 @@ class JobSpec(_Finite):
     node_affinity: list[Any] | None = None  # for every task that gives none of its own
     stale_since: Duration | None = None  # relative to `now`
     sub_groups: list[SubGroupSpec] | None = None  # the gang as subgroups, each with its minimum
+    gpu_types: GpuTypeList = ()  # the GPU types it accepts, most preferred first; none: any
+    mixed_gpu_types: bool = False  # its gang may span GPU types
     tasks: Tasks
 
     @field_validator("tasks")

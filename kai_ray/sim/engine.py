@@ -35,9 +35,10 @@ from kai_ray.control.usage import cluster_capacity
 from kai_ray.control.validate import SubmitError
 from kai_ray.control.workload import State, WorkloadSpec, group_owner
 from kai_ray.core import CycleResult, Evict, NodeInfo, Pipeline, QueueInfo
+from kai_ray.sim.gputypes import TypedJobInfos, TypeRoom
 from kai_ray.sim.metrics import Metrics
 from kai_ray.sim.policies import POOL_QUEUE, SimPolicy
-from kai_ray.sim.ports import Amount, NullStore, SimExecutor
+from kai_ray.sim.ports import Amount, ByType, NullStore, SimExecutor
 from kai_ray.sim.trace import SimJob
 
 __all__ = ["DEFAULT_CHECKPOINT_S", "DEFAULT_PERIOD_S", "JobRun", "Options", "Simulation"]
@@ -84,6 +85,7 @@ class JobRun:
     rejected: str = ""
     forecast: float | None = None  # its forecast start, taken when it was submitted
     forecast_taken: bool = False
+    ran_on: set[str] = field(default_factory=set)  # the GPU types it has held GPUs of
 
 
 @dataclass
@@ -97,7 +99,7 @@ class Simulation:
 
     def __post_init__(self) -> None:
         self.clock = ManualClock()
-        self.executor = SimExecutor(listener=self)
+        self.executor = SimExecutor(listener=self, node_types={n.name: n.gpu_type for n in self.nodes})
         self.ctl = Controller(
             MemoryNodes(list(self.nodes)),
             self.executor,
@@ -107,6 +109,10 @@ class Simulation:
             self.policy.config,
             cycle=self.policy.cycle(self.options.incremental),
         )
+        typed = {j.id: j.gpu_types for j in self.jobs if j.gpu_types}
+        if typed:  # the trace's GPU types, which a workload's spec does not carry
+            self.ctl.infos = TypedJobInfos(self.ctl.node_label, typed)
+        self.type_room = TypeRoom(self.nodes)
         self.ctl.refresh_nodes()
         self.runs: dict[str, JobRun] = {j.id: JobRun(j, j.queue, j.duration) for j in self.jobs}
         self.queued: set[str] = set()  # submitted, waiting to run
@@ -235,6 +241,10 @@ class Simulation:
 
     def _submit(self, job: SimJob, now: float) -> None:
         run = self.runs[job.id]
+        never = self.type_room.why_not(job.gpus, job.min_workers or job.workers, job.gpu_types)
+        if never:
+            self._reject(run, now, never)
+            return
         spec = WorkloadSpec(
             queue=POOL_QUEUE if self.policy.pooled else job.queue,
             priority=job.priority,
@@ -251,12 +261,15 @@ class Simulation:
         try:
             self.ctl.submit(job.id, spec)
         except SubmitError as exc:
-            run.rejected = str(exc)
-            self.metrics.rejected(run, now)
-            self.done += 1
+            self._reject(run, now, str(exc))
             return
         self.queued.add(job.id)
         self.metrics.submitted(run, now)
+
+    def _reject(self, run: JobRun, now: float, reason: str) -> None:
+        run.rejected = reason
+        self.metrics.rejected(run, now)
+        self.done += 1
 
     def _start_reserved(self) -> None:
         """Reservations are ready at once: tell the controller, which starts the run."""
@@ -309,8 +322,9 @@ class Simulation:
         self.queued.add(wid)
         self.metrics.preempted(run, now, lost, run.gpus)
 
-    def held(self, wid: str, amount: Amount) -> None:
+    def held(self, wid: str, amount: Amount, by_type: ByType) -> None:
         run = self.runs[wid]
+        run.ran_on.update(t for t, gpus in by_type if gpus > 0)
         gpus = amount[0]
         run.gpus += gpus
         queue = POOL_QUEUE if self.policy.pooled else run.team
@@ -321,6 +335,7 @@ class Simulation:
         else:
             self.growing.discard(wid)
         self.metrics.held(run, self.clock.t, gpus)
+        self.metrics.types.held(self.clock.t, by_type)
 
 
 class RuntimeEstimates:

@@ -21,6 +21,7 @@ import numpy as np
 from kai_ray.core import CycleResult, NodeInfo, QueueInfo
 from kai_ray.core.fairshare import compute_fair_shares
 from kai_ray.core.queues import build_queue_tree
+from kai_ray.sim.gputypes import TypeUsage
 from kai_ray.sim.policies import SimPolicy
 from kai_ray.sim.series import StepSeries
 
@@ -55,6 +56,7 @@ class Metrics:
         parents = {q.parent for q in queues}
         self.teams = [q.name for q in queues if q.name not in parents]
         self.total_gpus = float(sum(n.gpus for n in nodes))
+        self.types = TypeUsage(nodes)  # GPUs held per GPU type (the engine records them)
         self.held_now = dict.fromkeys(self.teams, 0.0)
         self.waiting_now = dict.fromkeys(self.teams, 0.0)  # GPUs of the gangs still waiting
         self.fair_now = dict.fromkeys(self.teams, 0.0)
@@ -178,6 +180,7 @@ class Metrics:
             **self._job_figures(runs),
             "makespan_s": makespan,
             "gpu_utilisation": self.used.mean(0.0, makespan) / self.total_gpus if self.total_gpus else 0.0,
+            "per_gpu_type": self.types.figures(runs, makespan, _type_jobs),
             "jain_index": float(np.diff(self.jain.integral(span))[0]) / asking_time if asking_time else None,
             "queues": {team: self._queue_figures(team, runs, makespan) for team in self.teams},
             "series": self.series(makespan),
@@ -254,6 +257,19 @@ class Metrics:
             "mean_fair_share_gpus": fair,
             "held_over_fair_share": held / fair if fair > 1e-9 else None,
         }
+
+
+def _type_jobs(runs: Sequence[JobRun]) -> dict[str, Any]:
+    """The job figures of one GPU type's block (runs: the jobs that held GPUs of it)."""
+    done = [r.finished - r.job.submit for r in runs if r.finished is not None]
+    delay = [r.first_start - r.job.submit for r in runs if r.first_start is not None]
+    return {
+        "jobs": len(runs),
+        "completed": len(done),
+        "jct_s": stats(done),
+        "queueing_delay_s": stats(delay),
+        "queueing_delay_by_size_s": _by_size(runs),
+    }
 
 
 def _by_size(runs: Sequence[JobRun]) -> dict[str, dict[str, float | int | None]]:

@@ -11,18 +11,20 @@ from typing import Any, Protocol
 from kai_ray.control.memory import MemoryExecutor
 from kai_ray.control.ports import Record, WorkerPlacement
 from kai_ray.control.workload import group_owner
+from kai_ray.core import DEFAULT_GPU_TYPE
 
-__all__ = ["Amount", "NullStore", "SimExecutor", "SimListener"]
+__all__ = ["Amount", "ByType", "NullStore", "SimExecutor", "SimListener"]
 
 Amount = tuple[float, float, float]  # GPUs, cores, bytes of memory
+ByType = tuple[tuple[str, float], ...]  # GPUs per GPU type (the types of the nodes held)
 
 
 class SimListener(Protocol):
     """What the simulation learns from its executor, at the virtual time it happens."""
 
-    def held(self, wid: str, amount: Amount) -> None:
+    def held(self, wid: str, amount: Amount, by_type: ByType) -> None:
         """A workload's reservations grew (or shrank: negative) by this much (GPUs,
-        cores, bytes of memory)."""
+        cores, bytes of memory), and its GPUs by this much on each GPU type."""
 
     def started(self, wid: str, run_id: str) -> None: ...
 
@@ -39,6 +41,8 @@ class SimExecutor(MemoryExecutor):
     listener: SimListener | None = None
     reserved: list[str] = field(default_factory=list)
     amounts: dict[str, Amount] = field(default_factory=dict)  # group -> what it holds
+    node_types: Mapping[str, str] = field(default_factory=dict)  # node -> its GPU type
+    by_type: dict[str, ByType] = field(default_factory=dict)  # group -> its GPUs per type
 
     def reserve(self, group: str, workers: Sequence[WorkerPlacement]) -> str:
         self.groups[group] = list(workers)
@@ -48,16 +52,26 @@ class SimExecutor(MemoryExecutor):
             sum(w.request.cpu for w in workers),
             sum(w.request.memory for w in workers),
         )
+        by_type = self.by_type[group] = self._by_type(workers)
         if self.listener is not None:
-            self.listener.held(group_owner(group), amount)
+            self.listener.held(group_owner(group), amount, by_type)
         return group
+
+    def _by_type(self, workers: Sequence[WorkerPlacement]) -> ByType:
+        gpus: dict[str, float] = {}
+        for w in workers:
+            if w.request.gpu:
+                t = self.node_types.get(w.node, DEFAULT_GPU_TYPE)
+                gpus[t] = gpus.get(t, 0.0) + w.request.gpu
+        return tuple(gpus.items())
 
     def release(self, group: str, kill: bool = False) -> None:
         # No log of releases (MemoryExecutor keeps one): a simulation makes millions.
         self.groups.pop(group, None)
         amount = self.amounts.pop(group, None)
+        by_type = tuple((t, -gpus) for t, gpus in self.by_type.pop(group, ()))
         if self.listener is not None and amount is not None:
-            self.listener.held(group_owner(group), (-amount[0], -amount[1], -amount[2]))
+            self.listener.held(group_owner(group), (-amount[0], -amount[1], -amount[2]), by_type)
 
     def start(self, workload: Any) -> str:
         run_id = f"{workload.id}/{workload.attempt}"

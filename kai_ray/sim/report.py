@@ -41,6 +41,7 @@ def write_report(out: Path, results: Sequence[Metrics], title: str, extra: dict[
         _headline_table(results),
         _forecast_table(results),
         _size_table(results),
+        _type_table(results),
         _figure(_utilisation(results, edges), "GPU utilisation over time"),
         _figure(
             _cdfs(results),
@@ -184,6 +185,27 @@ def _size_table(results: Sequence[Metrics]) -> str:
         "GPU util",
     )
     return "<p>Queueing delay by job size</p>" + _table(head, rows)
+
+
+def _type_table(results: Sequence[Metrics]) -> str:
+    """Per GPU type: utilisation and waits of the jobs that ran on it. Left out when every
+    GPU is of the one "default" type: its row would repeat the headline table."""
+    rows = [
+        [
+            html.escape(m.policy.name),
+            html.escape(name),
+            _fmt(t["gpus"], digits=0),
+            _fmt(t["gpu_utilisation"], digits=3),
+            str(t["jobs"]),
+            *(_fmt(t["queueing_delay_s"][k], HOUR) for k in ("mean", "p50", "p95")),
+        ]
+        for m in results
+        for name, t in m.summary["per_gpu_type"].items()
+    ]
+    if all(list(m.summary["per_gpu_type"]) in ([], ["default"]) for m in results):
+        return ""
+    head = ("policy", "GPU type", "GPUs", "GPU util", "jobs run on it")
+    return "<p>Per GPU type</p>" + _table((*head, "wait mean (h)", "wait p50 (h)", "wait p95 (h)"), rows)
 
 
 def _queue_table(m: Metrics) -> str:

@@ -18,6 +18,7 @@ from typing import TextIO
 
 from kai_ray.config.errors import ConfigError
 from kai_ray.core.quantity import parse_quantity
+from kai_ray.sim.gputypes import GPU_TYPE_FIX, split_gpu_types
 
 __all__ = ["GENERIC_COLUMNS", "PHILLY_COLUMNS", "SimJob", "TraceError", "read_trace"]
 
@@ -33,6 +34,7 @@ GENERIC_COLUMNS = (
     "min_workers",
     "max_workers",
     "name",
+    "gpu_types",
 )
 PHILLY_NODE_GPUS = 8  # Philly's machines: a job over 8 GPUs spans nodes of 8
 
@@ -56,6 +58,7 @@ class SimJob:
     memory: float = 0.0  # bytes per worker
     priority: int = 50
     min_workers: int = 0
+    gpu_types: tuple[str, ...] = ()  # the GPU types it accepts, most preferred first; (): any
 
     @property
     def total_gpus(self) -> float:
@@ -199,6 +202,7 @@ def _generic(rows: Iterator[_Row], path: Path) -> Iterator[SimJob]:
             memory=f.quantity("memory"),
             priority=int(f.number("priority", default=50.0, whole=True)),
             min_workers=min_workers if min_workers < workers else 0,
+            gpu_types=f.gpu_types("gpu_types"),
         )
 
 
@@ -248,6 +252,12 @@ class _Field:
         if value < 0:
             raise self.error(column, f"{raw} is negative")
         return value
+
+    def gpu_types(self, column: str) -> tuple[str, ...]:
+        names, problem = split_gpu_types(self.row.get(column, ""))
+        if problem is not None:
+            raise self.error(column, f"{problem}; {GPU_TYPE_FIX}, separated by '|' (H100|A100)")
+        return tuple(names)
 
     def time(self, column: str) -> float:
         raw = self.text(column)

@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from kai_ray.core import (
+    DEFAULT_GPU_TYPE,
     UNLIMITED,
     ClusterSnapshot,
     CycleResult,
@@ -55,11 +56,22 @@ class ClusterBuilder:
         gpu_memory: float = 80 * GI,
         gpus_used_outside: float = 0,
         unschedulable: bool = False,
+        gpu_type: str = DEFAULT_GPU_TYPE,
         **labels: str,
     ) -> ClusterBuilder:
         outside = (("gpu", gpus_used_outside),) if gpus_used_outside else ()
         self.nodes.append(
-            NodeInfo(name, gpus, cpu, memory, gpu_memory, dict(labels), unschedulable, used_outside=outside)
+            NodeInfo(
+                name,
+                gpus,
+                cpu,
+                memory,
+                gpu_memory,
+                dict(labels),
+                unschedulable,
+                used_outside=outside,
+                gpu_type=gpu_type,
+            )
         )
         return self
 
@@ -110,6 +122,8 @@ class ClusterBuilder:
         topology: TopologyConstraint | None = None,
         node_selector: dict[str, str] | None = None,
         spread: str = "",
+        gpu_types: tuple[str, ...] = (),
+        mixed_gpu_types: bool = False,
     ) -> ClusterBuilder:
         value = PRIORITY[priority] if isinstance(priority, str) else priority
         self._request = Request(gpu=0 if gpu_memory else gpu, gpu_memory=gpu_memory, cpu=cpu, memory=memory)
@@ -124,6 +138,8 @@ class ClusterBuilder:
             topology=topology,
             node_selector=node_selector or {},
             spread=spread,
+            gpu_types=gpu_types,
+            mixed_gpu_types=mixed_gpu_types,
         )
         self.jobs.append(self._job)
         return self

@@ -88,6 +88,15 @@ CASES = [
         "no schedulable node meets the required node affinity of task j-1: gpu-type In [h100]",
     ),
     Case(
+        "GPU types the cluster does not have",
+        ClusterBuilder()
+        .node("n0", gpus=2, gpu_type="A100")
+        .job("j", "default", gpu_types=("H100",))
+        .pending(),
+        "gpu-type",
+        "no schedulable node has a GPU type it accepts (H100); the nodes it may use have A100",
+    ),
+    Case(
         "a required rack without room",
         _racks()
         .job("busy", "q")

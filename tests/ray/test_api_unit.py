@@ -3,6 +3,8 @@ mistakes caught where they are written."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 from typing import Any
 
@@ -10,6 +12,11 @@ import pytest
 
 import kai_ray
 from kai_ray.api.workloads import make_spec
+from kai_ray.control import SubmitError, Workload, WorkloadSpec
+from kai_ray.control.snapshot import job_info
+from kai_ray.control.validate import validate_spec
+from kai_ray.core import QueueInfo
+from kai_ray.ray.translate import node_info
 
 
 @pytest.mark.parametrize(
@@ -74,3 +81,104 @@ def test_a_tune_trial_with_bundles_of_different_sizes_is_refused_with_the_fix() 
     assert same.kind == "block" and same.on_preempt == "fail"  # Tune pauses, kai-ray never re-runs
     with pytest.raises(ValueError, match=r"bundles of different sizes .* give every bundle the same"):
         trials._spec(ResourceRequest([{"CPU": 1}, {"GPU": 1, "CPU": 1}]))
+
+
+def _gpu_types(spec: WorkloadSpec) -> tuple[tuple[str, ...], bool]:
+    info = job_info(Workload(id="w", spec=spec, created_at=0.0), "ray.io/node-id")
+    return info.gpu_types, info.mixed_gpu_types
+
+
+@pytest.mark.parametrize(
+    ("options", "types", "mixed"),
+    [
+        ({}, (), False),  # any type
+        ({"accelerator_type": "A100"}, ("A100",), False),
+        ({"accelerator_type": ["H100", "A100"]}, ("H100", "A100"), False),  # in order of preference
+        ({"accelerator_type": ("L4", "A10G"), "mixed_accelerator_types": True}, ("L4", "A10G"), True),
+        # Ray's own way, by hand: the type is read from the resource.
+        ({"resources_per_worker": {"GPU": 1, "accelerator_type:A100": 0.001}}, ("A100",), False),
+        ({"num_gpus": 1, "resources": {"accelerator_type:L4": 0.001}}, ("L4",), False),
+        (
+            {"accelerator_type": ["H100", "A100"], "resources": {"accelerator_type:A100": 0.001}},
+            ("H100", "A100"),
+            False,
+        ),
+    ],
+)
+def test_accelerator_types_become_the_jobs_gpu_types(
+    options: dict[str, Any], types: tuple[str, ...], mixed: bool
+) -> None:
+    spec = make_spec("a", **options)
+    assert _gpu_types(spec) == (types, mixed)
+    # As the scheduler gets it: a dict over a Ray call, JSON in the GCS.
+    sent = WorkloadSpec(**json.loads(json.dumps(dataclasses.asdict(spec))))
+    assert sent == spec and _gpu_types(sent) == (types, mixed)
+
+
+def test_a_spec_stored_before_accelerator_types_loads_as_any_type() -> None:
+    stored = Workload(id="w", spec=make_spec("a"), created_at=0.0).to_json()
+    del stored["spec"]["accelerator_type"], stored["spec"]["mixed_accelerator_types"]
+    loaded = Workload.from_json(json.loads(json.dumps(stored)))
+    assert (loaded.spec.accelerator_type, loaded.spec.mixed_accelerator_types) == ([], False)
+    assert _gpu_types(loaded.spec) == ((), False)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"accelerator_type": ""}, "accelerator_type='': '' is not a type name; give a type such as 'A100'"),
+        ({"accelerator_type": 100}, "accelerator_type=100: give a type such as 'A100', or a list of them"),
+        ({"accelerator_type": ["A100", 7]}, "7 is not a type name; give a type such as 'A100'"),
+        ({"accelerator_type": ["A100", "H100", "A100"]}, "'A100' is given twice; name each type once"),
+        ({"mixed_accelerator_types": "yes"}, "mixed_accelerator_types='yes': give True or False"),
+        (
+            {"resources": {"accelerator_type:A100": 0.001, "accelerator_type:L4": 0.001}},
+            r"names 2 accelerator types \(A100, L4\) but a node has one; for any of them use "
+            r"accelerator_type=\['A100', 'L4'\]",
+        ),
+        (
+            {"accelerator_type": "H100", "resources": {"accelerator_type:A100": 0.001}},
+            "asks for accelerator_type:A100 but accelerator_type=\\['H100'\\]; give the type once",
+        ),
+    ],
+)
+def test_bad_accelerator_types_are_refused_with_the_fix(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(SubmitError, match=message):
+        kai_ray.workload(queue="a", **options)(print)
+
+
+def test_a_type_asked_for_rays_way_fits_nodes_of_that_type() -> None:
+    # Ray's nodes offer no accelerator_type resource to the core: the request must not
+    # ask for one, or no node could ever hold the worker.
+    raw = {"NodeID": "n1", "Resources": {"CPU": 4, "GPU": 2, "accelerator_type:A100": 1}, "Labels": {}}
+    spec = make_spec("a", resources_per_worker={"GPU": 1, "accelerator_type:A100": 0.001})
+    validate_spec(spec, [QueueInfo("a")], [node_info(raw)], "ray.io/node-id")
+    assert node_info(raw).gpu_type == "A100" and _gpu_types(spec) == (("A100",), False)
+
+
+def test_the_cli_takes_accelerator_types_repeated_or_comma_separated(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kai_ray.api import jobcommands
+    from kai_ray.cli import build_parser
+
+    sent: list[WorkloadSpec] = []
+
+    class Sched:
+        def submit(self, spec: WorkloadSpec, wid: str | None = None) -> str:
+            sent.append(spec)
+            return "j1"
+
+        def info(self, wid: str) -> dict[str, Any]:
+            return {"id": wid, "state": "Queued"}
+
+    monkeypatch.setattr(jobcommands, "running_scheduler", lambda address: Sched())
+    argv = ["job", "submit", "--queue", "a", "--gpus", "1", "--accelerator-type", "H100, A100"]
+    args = build_parser().parse_args(
+        [*argv, "--accelerator-type", "L4", "--mixed-accelerator-types", "--", "true"]
+    )
+    assert args.func(args) == 0
+    assert sent[0].accelerator_type == ["H100", "A100", "L4"] and sent[0].mixed_accelerator_types
+    bad = build_parser().parse_args([*argv[:-1], "A100,,L4", "--", "true"])
+    assert bad.func(bad) != 0 and len(sent) == 1
+    assert "--accelerator-type 'A100,,L4': an empty type" in capsys.readouterr().err

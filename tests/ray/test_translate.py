@@ -66,3 +66,31 @@ def test_node_ids_read_as_twelve_digits() -> None:
         "reason": "placed on node 3a3afee48400; waiting",
         "history": [[1.0, "", "Queued", "node 3a3afee48400 left"]],
     }
+
+
+@pytest.mark.parametrize(
+    ("resources", "labels", "expected"),
+    [
+        pytest.param({"accelerator_type:A100": 1}, {}, "A100", id="from-the-resource"),
+        pytest.param({}, {"ray.io/accelerator-type": "H100"}, "H100", id="from-the-label"),
+        pytest.param(
+            {"accelerator_type:A100": 1}, {"ray.io/accelerator-type": "H100"}, "H100", id="label-wins"
+        ),
+        pytest.param({}, {}, "default", id="none"),
+        pytest.param({"accelerator_type:A100": 0}, {}, "default", id="resource-of-zero"),
+    ],
+)
+def test_a_ray_nodes_gpu_type(resources: dict[str, float], labels: dict[str, str], expected: str) -> None:
+    raw = ray_node("n1", **labels)
+    raw["Resources"].update(resources)
+    node = node_info(raw)
+    assert node.gpu_type == expected
+    assert all(not k.startswith("accelerator_type:") for k, _ in node.extended)  # a type, not a resource
+
+
+def test_an_accelerator_type_asked_for_rays_way_is_no_resource_of_the_bundle() -> None:
+    raw = ray_node("n1")
+    raw["Resources"]["accelerator_type:A100"] = 1
+    req = request_for({"GPU": 1, "accelerator_type:A100": 0.001, "fpga": 1})
+    assert req.extended == (("fpga", 1.0),)  # the node offers no such resource to the core
+    assert bundle_for(req, node_info(raw)) == {"fpga": 1, "GPU": 1}  # the bundle is pinned instead

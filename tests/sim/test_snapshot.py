@@ -213,3 +213,28 @@ def test_sim_tells_a_placement_taken_back_in_its_cycle(
     assert (
         "take back j/j-0 from n0, never started (preempt: preempted by serve in q)" in capsys.readouterr().out
     )
+
+
+def test_gpu_types_round_trip_through_a_snapshot() -> None:
+    """Typed nodes, a queue's per-type figures and a job's accepted types come back
+    as they were written (docs/gpu-types.md)."""
+    from kai_ray.core import GpuTypeShare
+
+    snap = ClusterSnapshot(
+        [NodeInfo("h0", gpus=8, gpu_type="H100"), NodeInfo("a0", gpus=8, gpu_type="A100")],
+        [QueueInfo("a", quota=(8, 0, 0), gpu_types=(GpuTypeShare("H100", 4.0, 8.0, 2.0),))],
+        [
+            JobInfo(
+                "j",
+                "a",
+                [TaskInfo("j-0", TaskStatus.PENDING, Request(gpu=1))],
+                gpu_types=("H100", "A100"),
+                mixed_gpu_types=True,
+            )
+        ],
+    )
+    doc = json.loads(json.dumps(write_snapshot(snap, SchedulerConfig(), 0.0, "test")))
+    assert read_snapshot(doc).snapshot == snap
+    doc["jobs"][0]["gpu_types"] = "H100"
+    with pytest.raises(SnapshotFormatError, match=r"jobs\[0\]\.gpu_types: must be a list"):
+        read_snapshot(doc)

@@ -104,9 +104,15 @@
       <td><span class="badge standing-${esc(q.standing)}">${esc(standing)}</span></td>
       <td><div class="bar"><span class="req" style="width:${pct(r.requested)}"></span>
         <span class="alloc${over ? " over" : ""}" style="width:${pct(r.allocated)}"></span>${marks}</div></td>
-      <td class="figs">${amount(r.allocated)} / ${amount(r.fair_share)} / ${amount(r.quota)} / ${amount(r.requested)} / ${amount(r.limit)}</td>
+      <td class="figs">${amount(r.allocated)} / ${amount(r.fair_share)} / ${amount(r.quota)} / ${amount(r.requested)} / ${amount(r.limit)}${S.res === "gpu" ? byType(q) : ""}</td>
       <td class="num">${q.pending}</td><td class="num">${q.running}</td>
       <td class="num">${q.priority}</td><td class="num">${num(r.over_quota_weight)}</td></tr>`;
+  }
+
+  // Per GPU type a queue names: allocated / fair share / quota / limit, one line each.
+  function byType(q) {
+    return Object.entries(q.gpu_types || {}).map(([t, f]) =>
+      `<div class="muted by-type" data-gpu-type="${esc(t)}">${esc(t)}: ${num(f.allocated)} / ${num(f.fair_share)} / ${num(f.quota)} / ${f.limit >= 0 ? num(f.limit) : "∞"}</div>`).join("");
   }
 
   // ------------------------------------------------------------ workloads
@@ -241,8 +247,9 @@
         (d.outside ? `; ${num(d.outside)} held outside kai-ray` : "");
       return `<span class="gpu" data-used="${d.used}" title="${esc(title)}">${segs}${d.outside ? `<i class="outside" style="height:${100 * d.outside}%"></i>` : ""}</span>`;
     }).join("");
-    return `<div class="node${n.unschedulable ? " cordoned" : ""}" data-node="${esc(n.id)}" title="${esc(n.gpu_model || "")}">
-      <div class="nm">${esc(n.name)} · ${num(n.gpu_used)}/${n.gpus}${n.unschedulable ? " · cordoned" : ""}</div>
+    const typed = n.gpus && n.gpu_type && n.gpu_type !== "default" ? n.gpu_type : "";
+    return `<div class="node${n.unschedulable ? " cordoned" : ""}" data-node="${esc(n.id)}" data-gpu-type="${esc(typed)}" title="${esc(n.gpu_model || typed)}">
+      <div class="nm">${esc(n.name)}${typed ? ` · ${esc(typed)}` : ""} · ${num(n.gpu_used)}/${n.gpus}${n.unschedulable ? " · cordoned" : ""}</div>
       ${n.gpus ? `<div class="gpus">${cells}</div>` : `<div class="muted">${num(n.cpu_used)}/${num(n.cpu)} CPU</div>`}</div>`;
   }
 

@@ -1,0 +1,167 @@
+"""GPU types (H100, A100, ...): which nodes have which, as masks over the nodes.
+
+The rule (docs/gpu-types.md): a job places its GPU tasks only on nodes of a type it
+accepts (JobInfo.gpu_types; none listed: any), and its gang runs on one type unless it
+says it may span them (JobInfo.mixed_gpu_types). A node without GPUs has no type that
+matters: every mask here admits it, so a gang's CPU-only head goes where it went before.
+A cluster whose GPU nodes are all of one type is not narrowed at all (`several` False):
+it decides exactly as one without types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+import numpy as np
+
+from kai_ray.core.cluster import BoolArray, Job, Nodes, Task
+from kai_ray.core.hooks import Unit
+
+__all__ = ["GpuTypes", "gpus_of", "usable_victim"]
+
+
+def gpus_of(tasks: Sequence[Task]) -> float:
+    """The GPUs these tasks count against their queue: whole devices, or a share of one
+    (a slice of device memory counted as a whole device: its device is not known yet)."""
+    return sum(
+        float(t.amount[0]) if t.amount is not None else 1.0
+        for t in tasks
+        if t.demand[0] > 0 or t.fraction_request
+    )
+
+
+def usable_victim(type_mask: BoolArray | None) -> Callable[[Unit], bool]:
+    """Whether evicting a unit frees room the job may use, by GPU type alone (`type_mask`:
+    Placer.type_mask, None when types do not narrow the job): some task of the unit is
+    on a node of a type the job may take. Reclaim, preemption and consolidation never
+    stop work on GPUs the waiting job could not run on."""
+    if type_mask is None:
+        return _any
+    return lambda u: any(t.node >= 0 and type_mask[t.node] for t in u.tasks)
+
+
+def _any(u: Unit) -> bool:
+    return True
+
+
+class GpuTypes:
+    """Per node, its GPU type as an id (node order of first appearance), and the masks
+    built from it, each worked out once: the nodes are fixed for as long as the Placer
+    that keeps this."""
+
+    def __init__(self, nodes: Nodes) -> None:
+        self.nodes = nodes
+        index: dict[str, int] = {}
+        self.ids = np.array([index.setdefault(n.gpu_type, len(index)) for n in nodes.infos], dtype=np.intp)
+        self.names = list(index)
+        self.index = index
+        self.no_gpu: BoolArray = nodes.gpus == 0
+        on_gpu_nodes = set(self.ids[~self.no_gpu].tolist())
+        self.several = len(on_gpu_nodes) > 1
+        self._of: dict[int, BoolArray] = {}
+        self._accepting: dict[tuple[str, ...], BoolArray] = {}
+        self._room: _TypeRoom | None = None
+        self._whole: dict[int, tuple[BoolArray, bool]] = {}
+
+    @property
+    def room(self) -> _TypeRoom:
+        """Free GPUs per type over every schedulable node, kept in step with the nodes."""
+        if self._room is None:
+            self._room = _TypeRoom(self)
+            self.nodes.watchers.append(self._room.update)
+        return self._room
+
+    def of(self, type_id: int) -> BoolArray:
+        """Nodes of this type, and nodes without GPUs."""
+        mask = self._of.get(type_id)
+        if mask is None:
+            mask = self._of[type_id] = (self.ids == type_id) | self.no_gpu
+        return mask
+
+    def accepting(self, types: Sequence[str]) -> BoolArray:
+        """Nodes of any of these types, and nodes without GPUs."""
+        mask = self._accepting.get(tuple(types))
+        if mask is None:
+            known = [self.index[t] for t in types if t in self.index]
+            mask = self._accepting[tuple(types)] = np.isin(self.ids, known) | self.no_gpu
+        return mask
+
+    def name_of(self, node: int) -> str:
+        return self.names[int(self.ids[node])]
+
+    def asks_gpu(self, job: Job) -> bool:
+        tasks = job.tasks[:1] if job.uniform else job.tasks  # a uniform job's tasks ask alike
+        return any(t.demand[0] > 0 or t.fraction_request for t in tasks)
+
+    def held_by(self, job: Job) -> int | None:
+        """The type of the GPU nodes its active tasks hold (the first found), if any."""
+        for t in job.tasks:
+            if t.node >= 0 and t.status.is_active and not self.no_gpu[t.node]:
+                return int(self.ids[t.node])
+        return None
+
+    def order_for(self, job: Job, mask: BoolArray) -> list[int]:
+        """The types a gang tries, first to last: those it accepts in its order, or every
+        type, the one with the fewest free GPUs (now or being released) first."""
+        if job.info.gpu_types:
+            return [self.index[t] for t in job.info.gpu_types if t in self.index]
+        if mask is self._everywhere(mask):  # the usual job: the totals kept in step
+            room = self.room
+            # Rounded: totals kept in step by differences must order as totals summed anew.
+            return sorted(room.present, key=lambda t: (round(room.future[t], 6), self.names[t]))
+        nodes = self.nodes
+        usable = mask & ~self.no_gpu
+        free = np.bincount(
+            self.ids[usable],
+            weights=nodes.idle[usable, 0] + nodes.releasing[usable, 0],
+            minlength=len(self.names),
+        )
+        present = set(self.ids[usable].tolist())
+        return sorted(present, key=lambda t: (float(free[t]), self.names[t]))
+
+    def _everywhere(self, mask: BoolArray) -> BoolArray | None:
+        """`mask` itself when it admits every schedulable node (checked once per array)."""
+        known = self._whole.get(id(mask))
+        if known is None or known[0] is not mask:
+            known = self._whole[id(mask)] = (mask, bool((mask == self.nodes.schedulable).all()))
+        return mask if known[1] else None
+
+    def free_by_type(self) -> dict[str, float]:
+        """Free GPUs per type over every schedulable node, for reasons."""
+        room = self.room
+        return {self.names[t]: room.now[t] for t in sorted(room.present)}
+
+    def describe(self, types: Iterable[str]) -> str:
+        names = list(types)
+        return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+
+
+class _TypeRoom:
+    """Free GPUs per type, now and once releasing work is gone, over the schedulable GPU
+    nodes: worked out once, then node by node as the Statement changes them (a node
+    watcher), so that choosing a type for a gang costs no pass over the nodes."""
+
+    def __init__(self, types: GpuTypes) -> None:
+        nodes = types.nodes
+        self.types, self.nodes = types, nodes
+        self.counted: list[bool] = (nodes.schedulable & ~types.no_gpu).tolist()
+        self.type_of: list[int] = types.ids.tolist()
+        self.idle: list[float] = nodes.idle[:, 0].tolist()
+        self.releasing: list[float] = nodes.releasing[:, 0].tolist()
+        self.now = [0.0] * len(types.names)
+        self.future = [0.0] * len(types.names)
+        for node, counted in enumerate(self.counted):
+            if counted:
+                t = self.type_of[node]
+                self.now[t] += self.idle[node]
+                self.future[t] += self.idle[node] + self.releasing[node]
+        self.present = sorted({self.type_of[n] for n, c in enumerate(self.counted) if c})
+
+    def update(self, node: int) -> None:
+        if not self.counted[node]:
+            return
+        idle, releasing = float(self.nodes.idle[node, 0]), float(self.nodes.releasing[node, 0])
+        t = self.type_of[node]
+        self.now[t] += idle - self.idle[node]
+        self.future[t] += idle + releasing - self.idle[node] - self.releasing[node]
+        self.idle[node], self.releasing[node] = idle, releasing

@@ -1,0 +1,215 @@
+"""Queues per GPU type (docs/gpu-types.md, "Queues per type"): each queue's quota, limit,
+over-quota weight, allocation and fair share of every GPU type some queue names.
+
+Only types that some queue lists (QueueInfo.gpu_types) and the cluster has are tracked;
+a queue that does not list a type has no quota of it, no limit on it beyond its plain
+gpu limit, and its plain gpu over-quota weight. Fair share is DRF with each type a
+resource of its own, level by level down the tree (fairshare.py, once per type). Built
+once per cycle (`typed_queues`), and kept in step by the Statement through QueueUsage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+import numpy as np
+
+from kai_ray.core.cluster import ClusterState, FloatArray, Job, Task
+from kai_ray.core.fairshare import compute_fair_shares
+from kai_ray.core.gputypes import GpuTypes
+from kai_ray.core.model import UNLIMITED, QueueInfo, TaskStatus
+from kai_ray.core.words import number
+
+__all__ = ["TypedQueues", "typed_queues"]
+
+EPS = 1e-9
+_PENDING = TaskStatus.PENDING
+
+
+def typed_queues(
+    queues: Sequence[QueueInfo], state: ClusterState, types: GpuTypes, k_value: float
+) -> TypedQueues | None:
+    """The cycle's per-type figures, or None where no queue names a type the cluster has
+    (then every rule reads the plain gpu figures alone, as before)."""
+    named = [s.gpu_type for q in queues for s in q.gpu_types if s.gpu_type in types.index]
+    if not named:
+        return None
+    return TypedQueues(queues, state, types, list(dict.fromkeys(named)), k_value)
+
+
+class TypedQueues:
+    def __init__(
+        self, queues: Sequence[QueueInfo], state: ClusterState, types: GpuTypes, named: list[str], k: float
+    ) -> None:
+        self.state, self.types, self.names = state, types, named
+        tree = state.tree
+        n, t = len(tree), len(named)
+        self.column = np.full(len(types.names), -1, dtype=np.intp)  # type id -> column
+        for c, name in enumerate(named):
+            self.column[types.index[name]] = c
+        self.quota, self.limit = np.zeros((n, t)), np.full((n, t), UNLIMITED)
+        weight = np.repeat(tree.weight[:, :1], t, axis=1)
+        for q, info in enumerate(queues):
+            for share in info.gpu_types:
+                c = named.index(share.gpu_type) if share.gpu_type in named else -1
+                if c >= 0:
+                    self.quota[q, c], self.limit[q, c] = share.quota, share.limit
+                    if share.over_quota_weight is not None:
+                        weight[q, c] = share.over_quota_weight
+        self._columns: list[int] = self.column[types.ids].tolist()  # per node: its type's column
+        self.allocated, self.nonpreemptible, requested = self._counted(n, t)
+        self.fair_share = self._fair_shares(weight, requested, k)
+
+    # ------------------------------------------------------------ figures
+
+    def _counted(self, n: int, t: int) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """Per queue (its subtree summed) and type: GPUs allocated, of which by
+        non-preemptible jobs, and requested (allocated, plus what waiting jobs ask of each
+        type they accept)."""
+        # Plain lists while counting: one task at a time, numpy's per-call cost dominates.
+        allocated = [[0.0] * t for _ in range(n)]
+        held = [[0.0] * t for _ in range(n)]
+        waiting = [[0.0] * t for _ in range(n)]
+        columns, every = self._columns, list(range(t))
+        for job in self.state.jobs:
+            q, pending = job.queue, 0.0
+            mine, theirs = allocated[q], held[q]
+            same = self._uniform_gpus(job)
+            if same is not None and same <= 0:
+                continue  # no task of it asks for a GPU
+            for task in job.tasks:
+                gpus = same if same is not None else self._gpus(task)
+                status = task.status
+                if task.node >= 0 and status.is_active:
+                    c = columns[task.node]
+                    if c >= 0:
+                        mine[c] += gpus
+                        if not job.info.preemptible:
+                            theirs[c] += gpus
+                elif status is _PENDING:
+                    pending += gpus
+            if pending:
+                accepts = [c for c in map(self.column_of, job.info.gpu_types) if c >= 0] or every
+                for c in accepts:
+                    waiting[q][c] += pending
+        requested = np.array(allocated) + np.array(waiting)
+        sums = (np.array(allocated).reshape(n, t), np.array(held).reshape(n, t), requested.reshape(n, t))
+        return tuple(self._up_the_tree(x) for x in sums)  # type: ignore[return-value]
+
+    def _up_the_tree(self, leaves: FloatArray) -> FloatArray:
+        tree, out = self.state.tree, leaves.copy()
+        for q in tree.bottom_up:
+            out[tree.parent[q]] += out[q]
+        return out
+
+    def _fair_shares(self, weight: FloatArray, requested: FloatArray, k: float) -> FloatArray:
+        tree, nodes = self.state.tree, self.state.nodes
+        out = np.zeros_like(requested)
+        for c, name in enumerate(self.names):
+            of_type = (self.types.ids == self.types.index[name]) & nodes.schedulable
+            total = np.array([float(nodes.capacity[of_type, 0].sum()), 0.0, 0.0])
+            columns = np.zeros((len(tree), 3))
+            per_type = replace(
+                tree,
+                quota=_gpu_only(self.quota[:, c]),
+                limit=_gpu_only(self.limit[:, c], UNLIMITED),
+                weight=_gpu_only(weight[:, c]),
+                derived={},
+            )
+            columns[:, 0] = requested[:, c]
+            out[:, c] = compute_fair_shares(per_type, total, columns, None, k).fair_share[:, 0]
+        return out
+
+    @staticmethod
+    def _uniform_gpus(job: Job) -> float | None:
+        """The GPUs each task of a uniform job counts (one amount for all), else None."""
+        first = job.tasks[0] if job.tasks else None
+        if job.uniform and first is not None and first.amount is not None:
+            return float(first.amount[0])
+        return None
+
+    def _gpus(self, task: Task) -> float:
+        return float(self.state.queue_amount(task, task.node)[0])
+
+    def column_of(self, gpu_type: str) -> int:
+        type_id = self.types.index.get(gpu_type)
+        return -1 if type_id is None else int(self.column[type_id])
+
+    # ------------------------------------------------------------ kept in step
+
+    def add(
+        self, queue: int, node: int, gpus: float, nonpreemptible: bool, sign: float
+    ) -> Callable[[], None]:
+        """A task's GPUs placed on (or, sign -1, freed from) `node`; how to undo it."""
+        c = self._columns[node] if node >= 0 else -1
+        if c < 0 or gpus == 0:
+            return _nothing
+        path = self.state.tree.ancestors[queue]
+        allocated, held = self.allocated, self.nonpreemptible
+        before = [(q, float(allocated[q, c]), float(held[q, c])) for q in path]
+        for q in path:
+            allocated[q, c] += sign * gpus
+            if nonpreemptible:
+                held[q, c] += sign * gpus
+
+        def undo() -> None:
+            for q, a, h in before:
+                allocated[q, c], held[q, c] = a, h
+
+        return undo
+
+    # ------------------------------------------------------------ the rules
+
+    def blocked(self, job: Job, type_id: int, gpus: float) -> str:
+        """Why `gpus` more of this type would take the job's queue, or one above it, over
+        its limit of the type (or, for a non-preemptible job, over its quota of it): the
+        words, or "" when they may."""
+        c = int(self.column[type_id])
+        if c < 0:
+            return ""
+        name, tree = self.names[c], self.state.tree
+        for q in tree.ancestors[job.queue]:
+            held, limit = self.allocated[q, c], self.limit[q, c]
+            if limit != UNLIMITED and held + gpus > limit + EPS:
+                return (
+                    f"queue {tree.names[q]} is at its {name} limit of {number(limit)} (holds {number(held)})"
+                )
+            quota = self.quota[q, c]
+            if (
+                not job.info.preemptible
+                and quota != UNLIMITED
+                and self.nonpreemptible[q, c] + gpus > quota + EPS
+            ):
+                return (
+                    f"queue {tree.names[q]} would go over its {name} quota of {number(quota)} with "
+                    f"non-preemptible work (holds {number(self.nonpreemptible[q, c])})"
+                )
+        return ""
+
+    def over_share(self, queue: int, type_id: int, more: float = 0.0) -> bool:
+        """Whether the queue holds (with `more`) over its fair share of the type."""
+        c = int(self.column[type_id])
+        return c >= 0 and self.allocated[queue, c] + more > self.fair_share[queue, c] + EPS
+
+    def figures(self, queue: int) -> dict[str, dict[str, float]]:
+        """Per type: quota, limit, fair share and allocation of one queue (for people)."""
+        return {
+            name: {
+                "quota": float(self.quota[queue, c]),
+                "limit": float(self.limit[queue, c]),
+                "fair_share": float(self.fair_share[queue, c]),
+                "allocated": float(self.allocated[queue, c]),
+            }
+            for c, name in enumerate(self.names)
+        }
+
+
+def _gpu_only(column: FloatArray, rest: float = 0.0) -> FloatArray:
+    out = np.full((len(column), 3), rest)
+    out[:, 0] = column
+    return out
+
+
+def _nothing() -> None:
+    pass
