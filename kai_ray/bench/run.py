@@ -77,14 +77,27 @@ def bench_cycle(
     gpu_types: int = 0,
 ) -> dict[str, Any]:
     """Full cycles on a synthetic cluster. With `gpu_types` of 2 or more, the same cycle
-    again on the same cluster with that many GPU types (typed_cluster), in the same run:
-    its figures under "typed", and the ratio of the two p50s."""
+    again on the same cluster with that many GPU types (typed_cluster), in the same run,
+    one cycle of each in turn (so that a slower spell of the machine weighs on both): its
+    figures under "typed", and the ratio of the two p50s."""
     snapshot = cycle_cluster(nodes, gpus_per_node, pending, gang_size, queues)
     config = SchedulerConfig(actions=actions)
-    timings, result = _time_cycles(snapshot, config, repeat)
+    if gpu_types < 2:
+        timings, result = _time_cycles(snapshot, config, repeat)
+    else:
+        typed_snapshot = typed_cluster(snapshot, gpu_types)
+        timings, typed_timings = defaultdict(list), defaultdict(list)
+        for _ in range(repeat):
+            for times, snap in ((timings, snapshot), (typed_timings, typed_snapshot)):
+                one, last = _time_cycles(snap, config, 1)
+                for key, values in one.items():
+                    times[key] += values
+                if snap is snapshot:
+                    result = last
+                else:
+                    typed_result = last
     typed: dict[str, Any] = {}
     if gpu_types > 1:
-        typed_timings, typed_result = _time_cycles(typed_cluster(snapshot, gpu_types), config, repeat)
         typed = {
             "gpu_types": gpu_types,
             "typed": {

@@ -23,6 +23,9 @@ __all__ = ["GpuTypes", "gpus_of", "usable_victim"]
 def gpus_of(tasks: Sequence[Task]) -> float:
     """The GPUs these tasks count against their queue: whole devices, or a share of one
     (a slice of device memory counted as a whole device: its device is not known yet)."""
+    first = tasks[0] if tasks else None
+    if first is not None and first.job.uniform and first.amount is not None:
+        return float(first.amount[0]) * len(tasks)  # alike: n times the first one's
     return sum(
         float(t.amount[0]) if t.amount is not None else 1.0
         for t in tasks
@@ -95,6 +98,8 @@ class GpuTypes:
 
     def held_by(self, job: Job) -> int | None:
         """The type of the GPU nodes its active tasks hold (the first found), if any."""
+        if not job.active_count:
+            return None
         for t in job.tasks:
             if t.node >= 0 and t.status.is_active and not self.no_gpu[t.node]:
                 return int(self.ids[t.node])
@@ -148,14 +153,13 @@ class _TypeRoom:
         self.type_of: list[int] = types.ids.tolist()
         self.idle: list[float] = nodes.idle[:, 0].tolist()
         self.releasing: list[float] = nodes.releasing[:, 0].tolist()
-        self.now = [0.0] * len(types.names)
-        self.future = [0.0] * len(types.names)
-        for node, counted in enumerate(self.counted):
-            if counted:
-                t = self.type_of[node]
-                self.now[t] += self.idle[node]
-                self.future[t] += self.idle[node] + self.releasing[node]
-        self.present = sorted({self.type_of[n] for n, c in enumerate(self.counted) if c})
+        counted = nodes.schedulable & ~types.no_gpu
+        ids, size = types.ids[counted], len(types.names)
+        idle = nodes.idle[counted, 0]
+        self.now: list[float] = np.bincount(ids, weights=idle, minlength=size).tolist()
+        future = idle + nodes.releasing[counted, 0]
+        self.future: list[float] = np.bincount(ids, weights=future, minlength=size).tolist()
+        self.present = sorted(set(ids.tolist()))
 
     def update(self, node: int) -> None:
         if not self.counted[node]:

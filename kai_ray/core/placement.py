@@ -53,6 +53,7 @@ class Placer:
         self._type_masks: dict[int, BoolArray] = {}
         self._type_buckets: dict[int, GpuBuckets] = {}
         self._type_of_mask: dict[int, int] = {}  # id of a mask of _type_masks -> its type
+        self._type_masks_any: set[int] = set()  # types of _type_masks with a node of theirs
 
     @property
     def buckets(self) -> GpuBuckets:
@@ -124,7 +125,7 @@ class Placer:
             if typed is not None and typed.blocked(job, t, gpus):
                 continue
             narrowed = self._of_type(job, mask, t)
-            if narrowed.any():
+            if t in self._type_masks_any if narrowed is self._type_masks.get(t) else narrowed.any():
                 yield narrowed
 
     def _of_type(self, job: Job, mask: BoolArray, t: int) -> BoolArray:
@@ -139,6 +140,8 @@ class Placer:
         if narrowed is None:
             narrowed = self._type_masks[t] = every & self.gpu_types.of(t)
             self._type_of_mask[id(narrowed)] = t
+            if (narrowed & ~self.gpu_types.no_gpu).any():  # some node of the type to try
+                self._type_masks_any.add(t)
         return narrowed
 
     def _indexed(self, mask: BoolArray) -> GpuBuckets | None:

@@ -25,6 +25,8 @@ __all__ = ["TypedQueues", "typed_queues"]
 
 EPS = 1e-9
 _PENDING = TaskStatus.PENDING
+# A tuple finds a member by identity; a set would hash the enum (asked once per task).
+_ACTIVE = tuple(s for s in TaskStatus if s.is_active)
 
 
 def typed_queues(
@@ -72,23 +74,27 @@ class TypedQueues:
         held = [[0.0] * t for _ in range(n)]
         waiting = [[0.0] * t for _ in range(n)]
         columns, every = self._columns, list(range(t))
+        gpus_of: dict[int, float] = {}  # per shared amount (one per request): its GPUs
         for job in self.state.jobs:
             q, pending = job.queue, 0.0
             mine, theirs = allocated[q], held[q]
-            same = self._uniform_gpus(job)
-            if same is not None and same <= 0:
-                continue  # no task of it asks for a GPU
-            for task in job.tasks:
-                gpus = same if same is not None else self._gpus(task)
-                status = task.status
-                if task.node >= 0 and status.is_active:
-                    c = columns[task.node]
-                    if c >= 0:
-                        mine[c] += gpus
-                        if not job.info.preemptible:
-                            theirs[c] += gpus
-                elif status is _PENDING:
-                    pending += gpus
+            same = self._uniform_gpus(job, gpus_of)
+            if same is not None and (same <= 0 or not job.active_count):
+                pending = same * job.pending_count  # none placed: no task to look at
+                if pending <= 0:
+                    continue
+            else:
+                for task in job.tasks:
+                    gpus = same if same is not None else self._gpus(task)
+                    status = task.status
+                    if task.node >= 0 and status in _ACTIVE:
+                        c = columns[task.node]
+                        if c >= 0:
+                            mine[c] += gpus
+                            if not job.info.preemptible:
+                                theirs[c] += gpus
+                    elif status is _PENDING:
+                        pending += gpus
             if pending:
                 accepts = [c for c in map(self.column_of, job.info.gpu_types) if c >= 0] or every
                 for c in accepts:
@@ -122,12 +128,15 @@ class TypedQueues:
         return out
 
     @staticmethod
-    def _uniform_gpus(job: Job) -> float | None:
+    def _uniform_gpus(job: Job, known: dict[int, float]) -> float | None:
         """The GPUs each task of a uniform job counts (one amount for all), else None."""
-        first = job.tasks[0] if job.tasks else None
-        if job.uniform and first is not None and first.amount is not None:
-            return float(first.amount[0])
-        return None
+        if not job.uniform:
+            return None
+        amount = job.tasks[0].amount  # every task's, and known: the job is uniform
+        gpus = known.get(id(amount))
+        if gpus is None:
+            gpus = known[id(amount)] = float(amount[0])  # type: ignore[index]
+        return gpus
 
     def _gpus(self, task: Task) -> float:
         return float(self.state.queue_amount(task, task.node)[0])
