@@ -128,6 +128,9 @@ class CycleContext:
             # to find which ones are pending.
             tasks = job.tasks[: allocate_count(job)] if job.uniform else tasks_to_allocate(job)
             amount = self.amount(tasks).tolist()
+            typed = self.state.usage.typed
+            if typed is not None:  # the type its GPUs count on (policy's typed rank)
+                amount.append(typed.rank_column(job))
             self._next_amount[id(job)] = amount
         return amount
 

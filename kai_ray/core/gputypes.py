@@ -97,12 +97,18 @@ class GpuTypes:
         return any(t.demand[0] > 0 or t.fraction_request for t in tasks)
 
     def held_by(self, job: Job) -> int | None:
-        """The type of the GPU nodes its active tasks hold (the first found), if any."""
+        """The type of the GPUs its active tasks hold (the first found), if any: one it
+        accepts (a task that runs on another, placed before the job named its types, binds
+        nothing). A task that asks for no GPU holds no type, wherever it runs."""
         if not job.active_count:
             return None
+        accepted = job.info.gpu_types
         for t in job.tasks:
-            if t.node >= 0 and t.status.is_active and not self.no_gpu[t.node]:
-                return int(self.ids[t.node])
+            asks = t.demand[0] > 0 or t.fraction_request
+            if asks and t.node >= 0 and t.status.is_active and not self.no_gpu[t.node]:
+                held = int(self.ids[t.node])
+                if not accepted or self.names[held] in accepted:
+                    return held
         return None
 
     def order_for(self, job: Job, mask: BoolArray) -> list[int]:

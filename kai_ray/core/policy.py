@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -41,6 +42,9 @@ from kai_ray.core.cluster import EPS, ClusterState, FloatArray, Job, Task
 from kai_ray.core.fairshare import FairShares
 from kai_ray.core.hooks import ReclaimSides, ShareRows, Unit
 from kai_ray.core.model import TaskStatus
+
+if TYPE_CHECKING:
+    from kai_ray.core.typedqueues import TypedQueues
 
 __all__ = [
     "DEFAULT_POLICY",
@@ -131,6 +135,9 @@ QueueRank = tuple[bool, bool, int, bool, float, float, TieBreak]
 
 def queue_rank(state: ClusterState, rows: ShareRows, q: int, job_amount: Sequence[float]) -> QueueRank:
     # Runs for every job tried (twice in a two-level tree): plain float arithmetic.
+    typed = state.usage.typed
+    if typed is not None:
+        return _typed_queue_rank(state, rows, typed, q, job_amount)
     a0, a1, a2 = state.usage.allocated[q]
     j0, j1, j2 = job_amount
     w0, w1, w2 = a0 + j0, a1 + j1, a2 + j2
@@ -158,14 +165,60 @@ def queue_rank(state: ClusterState, rows: ShareRows, q: int, job_amount: Sequenc
     )
 
 
+def _typed_queue_rank(
+    state: ClusterState, rows: ShareRows, typed: TypedQueues, q: int, job_amount: Sequence[float]
+) -> QueueRank:
+    """queue_rank where queues name GPU types (docs/gpu-types.md): each named type a
+    resource of its own in place of the plain gpu total. `job_amount` is [gpu, cpu,
+    memory] and, where given, the type column its GPUs count on (TypedQueues.rank_column);
+    a job of any type counts them on the type where its queue stands lowest."""
+    a1, a2 = state.usage.allocated[q][1], state.usage.allocated[q][2]
+    j0, j1, j2 = job_amount[0], job_amount[1], job_amount[2]
+    w1, w2 = a1 + j1, a2 + j2
+    fair, deserved, allocatable = rows.fair_share[q], rows.deserved[q], rows.allocatable[q]
+    b1, b2 = rows.share_base[q][1], rows.share_base[q][2]
+    held, share, due, base = typed.rows(q)
+    col = int(job_amount[3]) if len(job_amount) > 3 else -1
+    if j0 > EPS and col < 0 and held:
+        col = min(range(len(held)), key=lambda c: ((held[c] + j0) / base[c], c))
+    wants = [h + j0 if c == col else h for c, h in enumerate(held)]
+    typed_over = all(h > s + EPS for h, s in zip(held, share, strict=True))
+    over = a1 > fair[1] + EPS and a2 > fair[2] + EPS and typed_over
+    starved = (
+        w1 <= deserved[1] + EPS
+        and w2 <= deserved[2] + EPS
+        and all(w <= d + EPS for w, d in zip(wants, due, strict=True))
+    )
+    zero_share = (allocatable[1] <= EPS and w1 > EPS) or (allocatable[2] <= EPS and w2 > EPS)
+    share_with = max(
+        w1 / b1 if w1 > EPS else 0.0,
+        w2 / b2 if w2 > EPS else 0.0,
+        *(w / b for w, b in zip(wants, base, strict=True) if w > EPS),
+    )
+    share_without = max(
+        a1 / b1 if a1 > EPS else 0.0,
+        a2 / b2 if a2 > EPS else 0.0,
+        *(h / b for h, b in zip(held, base, strict=True) if h > EPS),
+    )
+    return (
+        over,
+        not starved,
+        -state.tree.priority[q],
+        zero_share,
+        share_with,
+        share_without,
+        TieBreak(allocatable, q),
+    )
+
+
 def victim_queue_rank(state: ClusterState, rows: ShareRows, q: int, victim: Sequence[float]) -> QueueRank:
     """A queue's rank in the order queues give victims (reversed: the largest gives first),
     as KAI's victim queue ranks it: its queue order, with its dominant share taken as if
     its next victim were gone already (KAI counts the victims a queue is to give as gone
     when it compares shares, and nothing else of them)."""
     base = queue_rank(state, rows, q, (0.0, 0.0, 0.0))
-    if not any(v > EPS for v in victim):
-        return base
+    if not any(v > EPS for v in victim) or state.usage.typed is not None:
+        return base  # with GPU types, a victim's GPUs are of a type not known here
     a = state.usage.allocated[q]
     b = rows.share_base[q]
     left = [max(0.0, a[r] - victim[r]) for r in range(3)]

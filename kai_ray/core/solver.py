@@ -368,6 +368,10 @@ def _allocate_over(
     # pending); every other job as allocate ranks it.
     todo = {k: list(cs) for k, cs in steps.items()}
     asks = {k: ctx.amount(cs[0]).tolist() for k, cs in todo.items() if cs}
+    typed = ctx.state.usage.typed
+    if typed is not None:  # the type each victim's GPUs count on (policy's typed rank)
+        for k, ask in asks.items():
+            ask.append(typed.rank_column(victim_jobs[k]))
     rows, policy = ctx.rows, ctx.policy
     assert rows is not None
 

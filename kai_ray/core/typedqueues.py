@@ -110,11 +110,13 @@ class TypedQueues:
         return out
 
     def _fair_shares(self, weight: FloatArray, requested: FloatArray, k: float) -> FloatArray:
+        """Each type's fair share, level by level; its deserved share and what a dominant
+        share divides by are kept too (rows)."""
         tree, nodes = self.state.tree, self.state.nodes
-        out = np.zeros_like(requested)
+        out, deserved, base = np.zeros_like(requested), np.zeros_like(requested), np.zeros_like(requested)
         for c, name in enumerate(self.names):
             of_type = (self.types.ids == self.types.index[name]) & nodes.schedulable
-            total = np.array([float(nodes.capacity[of_type, 0].sum()), 0.0, 0.0])
+            capacity = float(nodes.capacity[of_type, 0].sum())
             columns = np.zeros((len(tree), 3))
             per_type = replace(
                 tree,
@@ -124,8 +126,30 @@ class TypedQueues:
                 derived={},
             )
             columns[:, 0] = requested[:, c]
-            out[:, c] = compute_fair_shares(per_type, total, columns, None, k).fair_share[:, 0]
+            shares = compute_fair_shares(per_type, np.array([capacity, 0.0, 0.0]), columns, None, k)
+            out[:, c], deserved[:, c] = shares.fair_share[:, 0], shares.deserved[:, 0]
+            allocatable = shares.allocatable[:, 0]
+            base[:, c] = np.where(allocatable > EPS, allocatable, capacity if capacity > EPS else 1e-300)
+        self._rows = (out.tolist(), deserved.tolist(), base.tolist())
         return out
+
+    def rows(self, q: int) -> tuple[list[float], list[float], list[float], list[float]]:
+        """One queue's figures per type as plain numbers, for its rank: held now, fair
+        share, deserved share, and what its dominant share divides by."""
+        fair, deserved, base = self._rows
+        return self.allocated[q].tolist(), fair[q], deserved[q], base[q]
+
+    def rank_column(self, job: Job) -> float:
+        """The type column its GPUs count on when its queue is ranked for it: the type its
+        gang holds, else the first named type it accepts; -1: any (policy ranks it)."""
+        held = self.types.held_by(job)
+        if held is not None:
+            return float(self.column[held])
+        for name in job.info.gpu_types:
+            c = self.column_of(name)
+            if c >= 0:
+                return float(c)
+        return -1.0
 
     @staticmethod
     def _uniform_gpus(job: Job, known: dict[int, float]) -> float | None:

@@ -141,7 +141,11 @@ def test_no_task_is_placed_on_a_type_its_job_does_not_accept(snap: ClusterSnapsh
         held = {
             nodes[t.node].gpu_type
             for t in job.tasks
-            if t.node in nodes and nodes[t.node].gpus and t.name not in evicted and t.request.gpu > 0
+            if t.node in nodes
+            and nodes[t.node].gpus
+            and t.name not in evicted
+            and t.request.gpu > 0
+            and _accepts(job, nodes[t.node])  # a task on a type it does not accept binds nothing
         }
         if len(held) == 1:  # a gang on one type grows on it
             assert placed[job.name] == held, (job.name, held, placed[job.name])

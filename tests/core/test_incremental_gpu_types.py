@@ -1,0 +1,61 @@
+"""The incremental cycle against the full rebuild on clusters with GPU types and queues
+that name them (docs/gpu-types.md): the per-type figures, the free GPUs per type and the
+GPU index per type kept between cycles decide as the full rebuild does."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kai_ray.core import DEFAULT_ACTIONS, GpuTypeShare, NodeInfo, SchedulerConfig
+from kai_ray.core.incremental import CycleCache
+
+from .test_incremental import World, both, node, ops, run_steps, worlds
+
+TYPES = ("H100", "A100")
+ACCEPTS: list[tuple[str, ...]] = [(), ("H100",), ("A100", "H100")]
+SHARES = {
+    "dept": (GpuTypeShare("H100", 2.0, 6.0),),
+    "a": (GpuTypeShare("H100", 1.0), GpuTypeShare("A100", 1.0, 4.0)),
+    "c": (GpuTypeShare("A100", 2.0, -1.0, 2.0),),
+}
+
+
+class TypedWorld(World):
+    """Nodes of two types, queues naming them, each job accepting a type, two or any."""
+
+    def __init__(self, nodes: list[NodeInfo], config: SchedulerConfig) -> None:
+        super().__init__([_typed(n) for n in nodes], config)
+        self.queues = [dataclasses.replace(q, gpu_types=SHARES.get(q.name, ())) for q in self.queues]
+
+    def apply(self, op: tuple[Any, ...]) -> None:
+        before = len(self.nodes)
+        super().apply(op)
+        self.nodes[before:] = [_typed(n) for n in self.nodes[before:]]  # nodes added
+        if op[0] == "submit":  # the new job, before any cycle sees it
+            self.jobs[-1].gpu_types = ACCEPTS[self.serial % len(ACCEPTS)]
+
+
+def _typed(n: NodeInfo) -> NodeInfo:
+    return dataclasses.replace(n, gpu_type=TYPES[int(n.name[1:]) % 2])
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(worlds, st.lists(st.tuples(st.lists(ops, max_size=5), st.booleans()), min_size=2, max_size=12))
+def test_the_incremental_cycle_decides_as_the_full_rebuild_with_gpu_types(
+    world_spec: tuple[list[tuple[int, float, bool]], str, float, float],
+    steps: list[tuple[list[tuple[Any, ...]], bool]],
+) -> None:
+    shapes, placement, grace, delay = world_spec
+    nodes = [node(i, gpus, cpu, extended=ext) for i, (gpus, cpu, ext) in enumerate(shapes)]
+    config = SchedulerConfig(
+        actions=DEFAULT_ACTIONS,
+        gpu_placement=placement,
+        stale_gang_grace_period=grace,
+        preemption_delay_s=delay,
+    )
+    cache = CycleCache()
+    run_steps(TypedWorld(nodes, config), cache, steps, both)
