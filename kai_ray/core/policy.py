@@ -179,27 +179,21 @@ def _typed_queue_rank(
     b1, b2 = rows.share_base[q][1], rows.share_base[q][2]
     held, share, due, base = typed.rows(q)
     col = int(job_amount[3]) if len(job_amount) > 3 else -1
-    if j0 > EPS and col < 0 and held:
+    if j0 > EPS and col < 0 and held:  # any type: the one where its queue stands lowest
         col = min(range(len(held)), key=lambda c: ((held[c] + j0) / base[c], c))
-    wants = [h + j0 if c == col else h for c, h in enumerate(held)]
-    typed_over = all(h > s + EPS for h, s in zip(held, share, strict=True))
-    over = a1 > fair[1] + EPS and a2 > fair[2] + EPS and typed_over
-    starved = (
-        w1 <= deserved[1] + EPS
-        and w2 <= deserved[2] + EPS
-        and all(w <= d + EPS for w, d in zip(wants, due, strict=True))
-    )
+    over = a1 > fair[1] + EPS and a2 > fair[2] + EPS
+    starved = w1 <= deserved[1] + EPS and w2 <= deserved[2] + EPS
     zero_share = (allocatable[1] <= EPS and w1 > EPS) or (allocatable[2] <= EPS and w2 > EPS)
-    share_with = max(
-        w1 / b1 if w1 > EPS else 0.0,
-        w2 / b2 if w2 > EPS else 0.0,
-        *(w / b for w, b in zip(wants, base, strict=True) if w > EPS),
-    )
-    share_without = max(
-        a1 / b1 if a1 > EPS else 0.0,
-        a2 / b2 if a2 > EPS else 0.0,
-        *(h / b for h, b in zip(held, base, strict=True) if h > EPS),
-    )
+    share_with = max(w1 / b1 if w1 > EPS else 0.0, w2 / b2 if w2 > EPS else 0.0)
+    share_without = max(a1 / b1 if a1 > EPS else 0.0, a2 / b2 if a2 > EPS else 0.0)
+    for c, h in enumerate(held):  # one loop over the few types: plain arithmetic
+        w = h + j0 if c == col else h
+        over = over and h > share[c] + EPS
+        starved = starved and w <= due[c] + EPS
+        if w > EPS and w / base[c] > share_with:
+            share_with = w / base[c]
+        if h > EPS and h / base[c] > share_without:
+            share_without = h / base[c]
     return (
         over,
         not starved,

@@ -135,7 +135,7 @@ class TypedReclaim:
 
     def standings(self) -> tuple[float, ...]:
         """The per-type figures its judgements read (a failed search's verdicts)."""
-        return tuple(self.typed.allocated.ravel().tolist())
+        return tuple(x for row in self.typed.allocated for x in row)
 
     def refused(self, amount: np.ndarray) -> Reason:
         q, typed = self.job.queue, self.typed
@@ -145,7 +145,7 @@ class TypedReclaim:
             "fair-share",
             f"no free room, and queue {name} cannot reclaim: it would go over its fair share of "
             f"{number(typed.fair_share[q, c])} {typed.names[c]} GPUs "
-            f"(it holds {number(typed.allocated[q, c])}, this job asks for {number(self.gpus)})",
+            f"(it holds {number(typed.allocated[q][c])}, this job asks for {number(self.gpus)})",
         )
 
 

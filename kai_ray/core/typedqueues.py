@@ -60,7 +60,10 @@ class TypedQueues:
                     if share.over_quota_weight is not None:
                         weight[q, c] = share.over_quota_weight
         self._columns: list[int] = self.column[types.ids].tolist()  # per node: its type's column
-        self.allocated, self.nonpreemptible, requested = self._counted(n, t)
+        allocated, nonpreemptible, requested = self._counted(n, t)
+        # Plain lists: read and changed a number at a time, on every rank and placement.
+        self.allocated: list[list[float]] = allocated.tolist()
+        self.nonpreemptible: list[list[float]] = nonpreemptible.tolist()
         self.fair_share = self._fair_shares(weight, requested, k)
 
     # ------------------------------------------------------------ figures
@@ -137,7 +140,7 @@ class TypedQueues:
         """One queue's figures per type as plain numbers, for its rank: held now, fair
         share, deserved share, and what its dominant share divides by."""
         fair, deserved, base = self._rows
-        return self.allocated[q].tolist(), fair[q], deserved[q], base[q]
+        return self.allocated[q], fair[q], deserved[q], base[q]
 
     def rank_column(self, job: Job) -> float:
         """The type column its GPUs count on when its queue is ranked for it: the type its
@@ -180,15 +183,15 @@ class TypedQueues:
             return _nothing
         path = self.state.tree.ancestors[queue]
         allocated, held = self.allocated, self.nonpreemptible
-        before = [(q, float(allocated[q, c]), float(held[q, c])) for q in path]
+        before = [(q, allocated[q][c], held[q][c]) for q in path]
         for q in path:
-            allocated[q, c] += sign * gpus
+            allocated[q][c] += sign * gpus
             if nonpreemptible:
-                held[q, c] += sign * gpus
+                held[q][c] += sign * gpus
 
         def undo() -> None:
             for q, a, h in before:
-                allocated[q, c], held[q, c] = a, h
+                allocated[q][c], held[q][c] = a, h
 
         return undo
 
@@ -203,7 +206,7 @@ class TypedQueues:
             return ""
         name, tree = self.names[c], self.state.tree
         for q in tree.ancestors[job.queue]:
-            held, limit = self.allocated[q, c], self.limit[q, c]
+            held, limit = self.allocated[q][c], self.limit[q, c]
             if limit != UNLIMITED and held + gpus > limit + EPS:
                 return (
                     f"queue {tree.names[q]} is at its {name} limit of {number(limit)} (holds {number(held)})"
@@ -212,18 +215,18 @@ class TypedQueues:
             if (
                 not job.info.preemptible
                 and quota != UNLIMITED
-                and self.nonpreemptible[q, c] + gpus > quota + EPS
+                and self.nonpreemptible[q][c] + gpus > quota + EPS
             ):
                 return (
                     f"queue {tree.names[q]} would go over its {name} quota of {number(quota)} with "
-                    f"non-preemptible work (holds {number(self.nonpreemptible[q, c])})"
+                    f"non-preemptible work (holds {number(self.nonpreemptible[q][c])})"
                 )
         return ""
 
     def over_share(self, queue: int, type_id: int, more: float = 0.0) -> bool:
         """Whether the queue holds (with `more`) over its fair share of the type."""
         c = int(self.column[type_id])
-        return c >= 0 and self.allocated[queue, c] + more > self.fair_share[queue, c] + EPS
+        return c >= 0 and self.allocated[queue][c] + more > self.fair_share[queue, c] + EPS
 
     def figures(self, queue: int) -> dict[str, dict[str, float]]:
         """Per type: quota, limit, fair share and allocation of one queue (for people)."""
@@ -232,7 +235,7 @@ class TypedQueues:
                 "quota": float(self.quota[queue, c]),
                 "limit": float(self.limit[queue, c]),
                 "fair_share": float(self.fair_share[queue, c]),
-                "allocated": float(self.allocated[queue, c]),
+                "allocated": float(self.allocated[queue][c]),
             }
             for c, name in enumerate(self.names)
         }
