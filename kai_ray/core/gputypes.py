@@ -111,6 +111,13 @@ class GpuTypes:
                     return held
         return None
 
+    def candidates(self, job: Job, mask: BoolArray) -> list[int]:
+        """The types a gang that stays on one type may take, in the order it tries them:
+        the type it holds, else order_for. One list for placing it, for saying why it
+        waits, and for judging a reclaim on types."""
+        held = self.held_by(job)
+        return [held] if held is not None else self.order_for(job, mask)
+
     def order_for(self, job: Job, mask: BoolArray) -> list[int]:
         """The types a gang tries, first to last: those it accepts in its order, or every
         type, the one with the fewest free GPUs (now or being released) first."""

@@ -119,8 +119,7 @@ class Placer:
         if job.info.mixed_gpu_types:
             yield self.within_type_limits(job, tasks, mask)
             return
-        held = types.held_by(job)
-        order = [held] if held is not None else types.order_for(job, mask)
+        order = types.candidates(job, mask)
         for t in order:
             if typed is not None and typed.blocked(job, t, gpus):
                 continue

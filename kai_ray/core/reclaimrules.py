@@ -156,8 +156,7 @@ def typed_reclaim(ctx: CycleContext, job: Job) -> TypedReclaim | None:
     typed, types = ctx.state.usage.typed, ctx.placer.gpu_types
     if typed is None or job.info.mixed_gpu_types or not types.asks_gpu(job):
         return None
-    held = types.held_by(job)
-    candidates = [held] if held is not None else types.order_for(job, ctx.placer.base_mask(job))
+    candidates = types.candidates(job, ctx.placer.base_mask(job))
     if not candidates or any(typed.column[t] < 0 for t in candidates):
         return None
     return TypedReclaim(ctx, job, typed, candidates)

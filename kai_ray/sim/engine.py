@@ -35,7 +35,7 @@ from kai_ray.control.usage import cluster_capacity
 from kai_ray.control.validate import SubmitError
 from kai_ray.control.workload import State, WorkloadSpec, group_owner
 from kai_ray.core import CycleResult, Evict, NodeInfo, Pipeline, QueueInfo
-from kai_ray.sim.gputypes import TypedJobInfos, TypeRoom
+from kai_ray.sim.gputypes import TypeRoom
 from kai_ray.sim.metrics import Metrics
 from kai_ray.sim.policies import POOL_QUEUE, SimPolicy
 from kai_ray.sim.ports import Amount, ByType, NullStore, SimExecutor
@@ -109,9 +109,6 @@ class Simulation:
             self.policy.config,
             cycle=self.policy.cycle(self.options.incremental),
         )
-        typed = {j.id: j.gpu_types for j in self.jobs if j.gpu_types}
-        if typed:  # the trace's GPU types, which a workload's spec does not carry
-            self.ctl.infos = TypedJobInfos(self.ctl.node_label, typed)
         self.type_room = TypeRoom(self.nodes)
         self.ctl.refresh_nodes()
         self.runs: dict[str, JobRun] = {j.id: JobRun(j, j.queue, j.duration) for j in self.jobs}
@@ -257,6 +254,7 @@ class Simulation:
             grace_period=0.0,
             admission_timeout=math.inf,
             expected_runtime=self.estimates.of(job),
+            accelerator_type=list(job.gpu_types),  # as on Ray: the controller makes the JobInfo
         )
         try:
             self.ctl.submit(job.id, spec)

@@ -9,15 +9,12 @@ separators (`|`, `;`) and the comma (the CSV's, and `--gpu-types`') are no part 
 
 from __future__ import annotations
 
-import dataclasses
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from kai_ray.config.errors import ConfigError
-from kai_ray.control.snapshot import JobInfos
-from kai_ray.control.workload import Workload
-from kai_ray.core import JobInfo, NodeInfo
+from kai_ray.core import NodeInfo
 from kai_ray.sim.series import StepSeries
 
 if TYPE_CHECKING:
@@ -27,7 +24,6 @@ __all__ = [
     "GPU_TYPE_FIX",
     "TypeRoom",
     "TypeUsage",
-    "TypedJobInfos",
     "comma_types",
     "gpu_type_problem",
     "split_gpu_types",
@@ -110,35 +106,6 @@ class TypeRoom:
         per_worker = max(gpus, 1.0)  # a fraction still needs a node with a device
         room = sum(g for g in self.devices.get(gpu_type, ()) if g >= per_worker)
         return room >= gpus * gang
-
-
-class TypedJobInfos(JobInfos):
-    """The controller's JobInfos, with the GPU types each job of the trace accepts.
-
-    A workload's spec carries no GPU types, so the simulator adds them to the JobInfo
-    the controller makes. The typed JobInfo is kept as long as the controller keeps its
-    own, so an incremental cycle still sees the same object for an unchanged job."""
-
-    def __init__(self, node_label: str, types: Mapping[str, tuple[str, ...]]) -> None:
-        super().__init__(node_label)
-        self.types = types
-        self._typed: dict[str, tuple[JobInfo, JobInfo]] = {}  # id -> (untyped, typed)
-
-    def get(self, w: Workload) -> JobInfo:
-        info = super().get(w)
-        wanted = self.types.get(w.id, ())
-        if not wanted or info.gpu_types == wanted:
-            return info
-        cached = self._typed.get(w.id)
-        if cached is not None and cached[0] is info:
-            return cached[1]
-        typed = dataclasses.replace(info, gpu_types=wanted)
-        self._typed[w.id] = (info, typed)
-        return typed
-
-    def changed(self, wid: str) -> None:
-        super().changed(wid)
-        self._typed.pop(wid, None)
 
 
 class TypeUsage:

@@ -321,6 +321,7 @@ def test_the_incremental_cycle_decides_as_the_full_rebuild(
 def run_both_ways(
     world_spec: tuple[list[tuple[int, float, bool]], str, float, float],
     steps: list[tuple[list[tuple[Any, ...]], bool]],
+    world_class: type[World] = World,
 ) -> None:
     shapes, placement, grace, delay = world_spec
     nodes = [node(i, gpus, cpu, extended=ext) for i, (gpus, cpu, ext) in enumerate(shapes)]
@@ -331,7 +332,7 @@ def run_both_ways(
         preemption_delay_s=delay,
     )
     cache = CycleCache()
-    run_steps(World(nodes, config), cache, steps, both)
+    run_steps(world_class(nodes, config), cache, steps, both)
     assert cache.patches + cache.rebuilds == len(steps)
 
 

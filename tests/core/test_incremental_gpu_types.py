@@ -10,10 +10,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kai_ray.core import DEFAULT_ACTIONS, GpuTypeShare, NodeInfo, SchedulerConfig
-from kai_ray.core.incremental import CycleCache
+from kai_ray.core import GpuTypeShare, NodeInfo, SchedulerConfig
 
-from .test_incremental import World, both, node, ops, run_steps, worlds
+from .test_incremental import World, ops, run_both_ways, worlds
 
 TYPES = ("H100", "A100")
 ACCEPTS: list[tuple[str, ...]] = [(), ("H100",), ("A100", "H100")]
@@ -49,13 +48,4 @@ def test_the_incremental_cycle_decides_as_the_full_rebuild_with_gpu_types(
     world_spec: tuple[list[tuple[int, float, bool]], str, float, float],
     steps: list[tuple[list[tuple[Any, ...]], bool]],
 ) -> None:
-    shapes, placement, grace, delay = world_spec
-    nodes = [node(i, gpus, cpu, extended=ext) for i, (gpus, cpu, ext) in enumerate(shapes)]
-    config = SchedulerConfig(
-        actions=DEFAULT_ACTIONS,
-        gpu_placement=placement,
-        stale_gang_grace_period=grace,
-        preemption_delay_s=delay,
-    )
-    cache = CycleCache()
-    run_steps(TypedWorld(nodes, config), cache, steps, both)
+    run_both_ways(world_spec, steps, TypedWorld)

@@ -337,3 +337,19 @@ def name_scheduler(cluster: dict[str, Any]) -> dict[str, Any]:
     for group_spec in (spec["headGroupSpec"], *spec["workerGroupSpecs"]):
         group_spec["template"] = named(group_spec["template"])
     return cluster
+
+
+def requiring(cluster: dict[str, Any], *values: str, key: str = "gpu-type") -> dict[str, Any]:
+    """The cluster with its workers' template requiring `key In [values]`, in that order
+    (the head has none: it may go anywhere)."""
+    term = {"matchExpressions": [{"key": key, "operator": "In", "values": list(values)}]}
+    affinity = {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
+    }
+    for worker in cluster["spec"]["workerGroupSpecs"]:
+        worker["template"]["spec"]["affinity"] = affinity
+    return cluster
+
+
+def workers(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [p for p in pods if p["metadata"]["labels"].get("ray.io/node-type") == "worker"]

@@ -5,30 +5,12 @@ until a node with the label joins."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
-from tests.k8s.env import NS, K8sEnv, bound, condition, group, raycluster, running
+from tests.k8s.env import NS, K8sEnv, bound, condition, group, raycluster, requiring, running, workers
 
 pytestmark = pytest.mark.k8s
 RC = f"/apis/ray.io/v1/namespaces/{NS}/rayclusters"
-
-
-def requiring(cluster: dict[str, Any], gpu_type: str) -> dict[str, Any]:
-    """The cluster with its workers' template requiring `gpu-type In [gpu_type]` (the
-    head has none: it may go anywhere)."""
-    term = {"matchExpressions": [{"key": "gpu-type", "operator": "In", "values": [gpu_type]}]}
-    affinity = {
-        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
-    }
-    for worker in cluster["spec"]["workerGroupSpecs"]:
-        worker["template"]["spec"]["affinity"] = affinity
-    return cluster
-
-
-def _workers(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [p for p in pods if p["metadata"]["labels"].get("ray.io/node-type") == "worker"]
 
 
 def test_workers_are_bound_only_on_the_nodes_their_affinity_admits(k8s: K8sEnv) -> None:
@@ -42,7 +24,7 @@ def test_workers_are_bound_only_on_the_nodes_their_affinity_admits(k8s: K8sEnv) 
     pods = k8s.wait_for(
         "the cluster running", lambda: len(running(k8s.cluster_pods("rc"))) == 4 and k8s.cluster_pods("rc")
     )
-    assert {p["spec"]["nodeName"] for p in _workers(pods)} == {"a100"}
+    assert {p["spec"]["nodeName"] for p in workers(pods)} == {"a100"}
 
 
 def test_a_gang_no_node_admits_waits_with_its_reason_until_a_labelled_node_joins(k8s: K8sEnv) -> None:
@@ -57,10 +39,10 @@ def test_a_gang_no_node_admits_waits_with_its_reason_until_a_labelled_node_joins
     )
     assert bound(k8s.cluster_pods("rc")) == []  # not even the head, which the node could hold
     message = condition(waiting[0])["message"]
-    worker = _workers(k8s.cluster_pods("rc"))[0]["metadata"]["name"]
+    worker = workers(k8s.cluster_pods("rc"))[0]["metadata"]["name"]
     assert f"no schedulable node meets the required node affinity of pod {NS}/" in message, message
     assert ": gpu-type In [h100]" in message, message
-    assert any(w["metadata"]["name"] in message for w in _workers(k8s.cluster_pods("rc"))), (worker, message)
+    assert any(w["metadata"]["name"] in message for w in workers(k8s.cluster_pods("rc"))), (worker, message)
     events = k8s.wait_for(
         "the Event", lambda: [e for e in k8s.events("rc") if "node affinity" in e["message"]]
     )
@@ -70,4 +52,4 @@ def test_a_gang_no_node_admits_waits_with_its_reason_until_a_labelled_node_joins
     pods = k8s.wait_for(
         "the cluster bound", lambda: len(bound(k8s.cluster_pods("rc"))) == 3 and k8s.cluster_pods("rc")
     )
-    assert {p["spec"]["nodeName"] for p in _workers(pods)} == {"h100"}
+    assert {p["spec"]["nodeName"] for p in workers(pods)} == {"h100"}

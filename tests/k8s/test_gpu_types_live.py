@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.k8s.env import NS, K8sEnv, bound, condition, group, raycluster, running
+from tests.k8s.env import NS, K8sEnv, bound, condition, group, raycluster, requiring, running, workers
 
 pytestmark = pytest.mark.k8s
 RC = f"/apis/ray.io/v1/namespaces/{NS}/rayclusters"
@@ -22,21 +22,6 @@ def selecting(cluster: dict[str, Any], product: str) -> dict[str, Any]:
     return cluster
 
 
-def accepting(cluster: dict[str, Any], *products: str) -> dict[str, Any]:
-    """The workers' template requiring the product label In `products` (in that order)."""
-    term = {"matchExpressions": [{"key": PRODUCT, "operator": "In", "values": list(products)}]}
-    affinity = {
-        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
-    }
-    for worker in cluster["spec"]["workerGroupSpecs"]:
-        worker["template"]["spec"]["affinity"] = affinity
-    return cluster
-
-
-def _workers(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [p for p in pods if p["metadata"]["labels"].get("ray.io/node-type") == "worker"]
-
-
 def test_workers_go_to_the_product_they_select_and_a_gang_to_one_product(k8s: K8sEnv) -> None:
     k8s.node("h100", gpus=4, labels={PRODUCT: "H100"})
     k8s.node("a100", gpus=4, labels={PRODUCT: "A100"})
@@ -48,14 +33,19 @@ def test_workers_go_to_the_product_they_select_and_a_gang_to_one_product(k8s: K8
     pods = k8s.wait_for(
         "h running", lambda: len(running(k8s.cluster_pods("h"))) == 3 and k8s.cluster_pods("h")
     )
-    assert {p["spec"]["nodeName"] for p in _workers(pods)} == {"h100"}
+    assert {p["spec"]["nodeName"] for p in workers(pods)} == {"h100"}
     # A gang of 4 that prefers H100 and accepts A100: 2 H100s are left, so it runs on A100
     # whole, rather than across the two products.
-    k8s.create(RC, accepting(raycluster("g", group("gpu", replicas=4, gpus=1), queue="team"), "H100", "A100"))
+    k8s.create(
+        RC,
+        requiring(
+            raycluster("g", group("gpu", replicas=4, gpus=1), queue="team"), "H100", "A100", key=PRODUCT
+        ),
+    )
     pods = k8s.wait_for(
         "g running", lambda: len(running(k8s.cluster_pods("g"))) == 5 and k8s.cluster_pods("g")
     )
-    assert {p["spec"]["nodeName"] for p in _workers(pods)} == {"a100"}
+    assert {p["spec"]["nodeName"] for p in workers(pods)} == {"a100"}
 
 
 def test_a_queues_limit_of_one_product_keeps_a_gang_waiting_with_its_reason(k8s: K8sEnv) -> None:
@@ -85,9 +75,7 @@ def test_a_queues_limit_of_one_product_keeps_a_gang_waiting_with_its_reason(k8s:
     waiting = k8s.wait_for(
         "more's reason",
         lambda: [
-            p
-            for p in _workers(k8s.cluster_pods("more"))
-            if (condition(p) or {}).get("reason") == "QueueLimit"
+            p for p in workers(k8s.cluster_pods("more")) if (condition(p) or {}).get("reason") == "QueueLimit"
         ],
     )
     message = condition(waiting[0])["message"]
