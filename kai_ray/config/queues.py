@@ -21,13 +21,21 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from kai_ray.config.base import Duration, Quantity, StrictModel, read_yaml_documents
 from kai_ray.config.errors import ConfigError, from_validation_error
-from kai_ray.core.model import RESOURCES, UNLIMITED, GpuTypeShare, QueueInfo
+from kai_ray.core.model import (
+    BORROW,
+    RESOURCES,
+    TRY_NEXT_TYPE,
+    UNLIMITED,
+    GpuTypeFungibility,
+    GpuTypeShare,
+    QueueInfo,
+)
 from kai_ray.core.quantity import format_bytes, parse_run_time
 from kai_ray.core.queues import QueueTreeError, build_queue_tree, resource_problem
 
@@ -74,6 +82,14 @@ class GpuTypeSpec(StrictModel):
 GpuTypes = dict[Annotated[str, Field(min_length=1, pattern=r"^\S+$")], GpuTypeSpec]
 
 
+class FungibilitySpec(StrictModel):
+    """How the queue's work that accepts several GPU types picks one (docs/gpu-types.md,
+    "Fungibility"): Kueue's flavor fungibility, for GPU types."""
+
+    when_can_borrow: Literal["Borrow", "TryNextType"] = BORROW  # type: ignore[assignment]
+    when_can_preempt: Literal["TryNextType", "Preempt"] = TRY_NEXT_TYPE  # type: ignore[assignment]
+
+
 class ResourcesSpec(StrictModel):
     gpu: ResourceSpec | None = None
     cpu: ResourceSpec | None = None
@@ -91,6 +107,7 @@ class QueueBody(StrictModel):
     # Defaults for its workloads that declare none (seconds of run time).
     expected_runtime: Duration | None = None
     max_runtime: Duration | None = None
+    gpu_type_fungibility: FungibilitySpec | None = None  # unset: the parent queue's
 
 
 class QueueSpec(QueueBody):
@@ -161,6 +178,7 @@ class KaiRayKubeQueueSpec(KaiQueueSpec):
 
     expected_runtime: Duration | None = None
     max_runtime: Duration | None = None
+    gpu_type_fungibility: FungibilitySpec | None = None  # unset: the parent queue's
 
 
 class _Metadata(BaseModel):
@@ -235,7 +253,14 @@ def queue_info(
         expected_runtime=_positive_runtime(name, "expectedRuntime", getattr(body, "expected_runtime", None)),
         max_runtime=_positive_runtime(name, "maxRuntime", getattr(body, "max_runtime", None)),
         gpu_types=_gpu_types(name, getattr(body.resources, "gpu_types", None), quota[0], limit[0]),
+        gpu_type_fungibility=_fungibility(getattr(body, "gpu_type_fungibility", None)),
     )
+
+
+def _fungibility(spec: FungibilitySpec | None) -> GpuTypeFungibility | None:
+    if spec is None:
+        return None
+    return GpuTypeFungibility(when_can_borrow=spec.when_can_borrow, when_can_preempt=spec.when_can_preempt)
 
 
 def _gpu_types(

@@ -10,10 +10,11 @@ reason code says which is which; every backend asks here and says it its own way
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
+from kai_ray.control.snapshot import ACCELERATOR_PREFIX
 from kai_ray.control.workload import HOLDING, State, Workload
-from kai_ray.core import REASON_CODES, Reason
+from kai_ray.core import DEFAULT_GPU_TYPE, REASON_CODES, NodeInfo, Reason
 
 __all__ = ["CAPACITY_CODES", "HELD_CODES", "autoscaler_bundles", "room_would_help", "wants_capacity"]
 
@@ -22,6 +23,7 @@ __all__ = ["CAPACITY_CODES", "HELD_CODES", "autoscaler_bundles", "room_would_hel
 CAPACITY_CODES = frozenset(
     {
         "gang-too-big",
+        "gpu-type",  # it accepts only GPU types the cluster lacks: a node of one helps
         "node-selector",
         "node-affinity",
         "topology",
@@ -32,6 +34,9 @@ CAPACITY_CODES = frozenset(
         "reserved",
     }
 )
+# What a bundle asks of the accelerator-type resource: a token, as Ray's own
+# `accelerator_type=` option asks (a node of the type has 1 of it).
+ACCELERATOR_TOKEN = 0.001
 # Held back by policy, or not startable at all: no node would help.
 HELD_CODES = frozenset(REASON_CODES) - CAPACITY_CODES
 
@@ -47,18 +52,39 @@ def wants_capacity(reason: Reason) -> bool:
     return room_would_help(reason.code)
 
 
-def autoscaler_bundles(workloads: Iterable[Workload]) -> list[dict[str, float]]:
+def autoscaler_bundles(
+    workloads: Iterable[Workload], nodes: Mapping[str, NodeInfo] | None = None
+) -> list[dict[str, float]]:
     """What to ask an autoscaler that sizes the cluster to hold a set of bundles (Ray's
     `request_resources`, which counts work already running against the request, so the
     request is the whole: every bundle kai-ray's workloads hold, plus the gangs waiting
     for room). Empty when nothing waits for room: the request is withdrawn, and work held
-    back by its queue never asks for a node."""
+    back by its queue never asks for a node.
+
+    GPU types (docs/gpu-types.md) in Ray's words (`accelerator_type:<T>`, a token amount,
+    as Ray's own `accelerator_type=` asks): a waiting gang asks for its most preferred
+    type, so that the autoscaler starts a node of a type it can run on; a held bundle for
+    the type of the node it is on (`nodes`: by node id), so that it is counted there."""
     waiting: list[dict[str, float]] = []
     held: list[dict[str, float]] = []
     for w in workloads:
         bundle = {k: float(v) for k, v in w.spec.resources_per_worker.items() if float(v) > 0}
         if w.state is State.QUEUED and room_would_help(w.reason_code):
-            waiting += [dict(bundle) for _ in range(w.spec.gang)]
+            wanted = _of_type(bundle, w.spec.accelerator_type[0] if w.spec.accelerator_type else None)
+            waiting += [dict(wanted) for _ in range(w.spec.gang)]
         elif w.state in HOLDING:  # handed-off jobs too: their slots stay accounted as theirs
-            held += [dict(bundle) for _ in w.slots]
+            held += [_of_type(bundle, _type_of(nodes, s.node)) for s in w.slots.values()]
     return held + waiting if waiting else []
+
+
+def _type_of(nodes: Mapping[str, NodeInfo] | None, node: str) -> str | None:
+    info = nodes.get(node) if nodes is not None else None
+    return info.gpu_type if info is not None and info.gpu_type != DEFAULT_GPU_TYPE else None
+
+
+def _of_type(bundle: dict[str, float], gpu_type: str | None) -> dict[str, float]:
+    """The bundle, kept to nodes of a GPU type when it asks for GPUs and has one."""
+    asks_gpu = bundle.get("GPU", 0.0) > 0 or bundle.get("gpu_memory", 0.0) > 0
+    if gpu_type is None or not asks_gpu or any(k.startswith(ACCELERATOR_PREFIX) for k in bundle):
+        return dict(bundle)
+    return {**bundle, f"{ACCELERATOR_PREFIX}{gpu_type}": ACCELERATOR_TOKEN}

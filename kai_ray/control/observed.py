@@ -153,6 +153,7 @@ class ObservedLifecycle:
             min_workers=job.gang_size,
             max_workers=len(job.tasks),
             gpus_per_worker=max((t.request.gpu for t in job.tasks), default=0.0),
+            gpu_types=job.gpu_types,
             gpus=sum(t.request.gpu for t in bound),
             nodes=tuple(sorted({t.node for t in bound if t.node})),
             preemptions=seen.preemptions,

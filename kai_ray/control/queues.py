@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kai_ray.core import GpuTypeShare, QueueInfo
+from kai_ray.core import GpuTypeFungibility, GpuTypeShare, QueueInfo
 from kai_ray.core.queues import QueueTreeError, build_queue_tree
 from kai_ray.core.words import listed
 
@@ -189,4 +189,6 @@ def queue_from_json(data: Mapping[str, Any]) -> QueueInfo:
         if key in fields:
             fields[key] = tuple(float(x) for x in fields[key])
     fields["gpu_types"] = tuple(GpuTypeShare(**share) for share in fields.get("gpu_types") or ())
+    fungibility = fields.get("gpu_type_fungibility")
+    fields["gpu_type_fungibility"] = None if fungibility is None else GpuTypeFungibility(**fungibility)
     return QueueInfo(**fields)

@@ -22,6 +22,7 @@ from kai_ray.control.snapshot import job_info
 from kai_ray.control.workload import Workload
 from kai_ray.core import (
     ClusterSnapshot,
+    GpuTypeFungibility,
     GpuTypeShare,
     JobInfo,
     NodeInfo,
@@ -89,10 +90,19 @@ def write_snapshot(
         "now": now,
         "config": _config_json(config),
         "nodes": [_plain(n) for n in snapshot.nodes],
-        "queues": [{**_plain(q), "gpu_types": [_plain(s) for s in q.gpu_types]} for q in snapshot.queues],
+        "queues": [_queue_json(q) for q in snapshot.queues],
         "jobs": [_job_json(j) for j in snapshot.jobs],
         "usage": {k: list(v) for k, v in snapshot.usage.items()},
         "can_grow": snapshot.can_grow,
+    }
+
+
+def _queue_json(q: QueueInfo) -> dict[str, Any]:
+    fungibility = q.gpu_type_fungibility
+    return {
+        **_plain(q),
+        "gpu_types": [_plain(s) for s in q.gpu_types],
+        "gpu_type_fungibility": None if fungibility is None else _plain(fungibility),
     }
 
 
@@ -203,6 +213,9 @@ def _queue(data: Any, i: int) -> QueueInfo:
         if not isinstance(shares, list):
             raise SnapshotFormatError(f"{where}.gpu_types: must be a list of per-type shares")
         data = {**data, "gpu_types": tuple(_build(GpuTypeShare, s, f"{where}.gpu_types") for s in shares)}
+    if isinstance(data, dict) and data.get("gpu_type_fungibility") is not None:
+        own = _build(GpuTypeFungibility, data["gpu_type_fungibility"], f"{where}.gpu_type_fungibility")
+        data = {**data, "gpu_type_fungibility": own}
     queue: QueueInfo = _build(QueueInfo, data, where, tuples=("quota", "limit", "over_quota_weight"))
     return queue
 

@@ -71,6 +71,7 @@ class WorkloadView:
     history: History
     holdings: tuple[Holding, ...] = ()
     eta: Eta | None = None  # while queued: its forecast start (kai_ray.control.forecast)
+    gpu_types: tuple[str, ...] = ()  # the GPU types it accepts, most preferred first; (): any
 
 
 def owned_view(w: Workload, nodes: Mapping[str, NodeInfo], eta: Eta | None = None) -> WorkloadView:
@@ -101,6 +102,7 @@ def owned_view(w: Workload, nodes: Mapping[str, NodeInfo], eta: Eta | None = Non
         history=w.history,
         holdings=_owned_holdings(w, nodes) if w.state in HOLDING else (),
         eta=eta if w.state is State.QUEUED else None,
+        gpu_types=tuple(spec.accelerator_type),
     )
 
 
@@ -125,6 +127,8 @@ def workload_view(
         "kind": w.spec.kind,
         "queue": w.spec.queue,
         "priority": w.spec.priority,
+        # The GPU types it accepts, most preferred first ([]: any; docs/gpu-types.md).
+        "gpu_types": list(w.spec.accelerator_type),
         "state": w.state.value,
         "reason": w.reason,
         "reason_code": w.reason_code if w.state is State.QUEUED else "",

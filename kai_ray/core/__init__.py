@@ -5,6 +5,7 @@ from kai_ray.core.emptyfit import NEVER_FITS, EmptyRoom, empty_room, gang_never_
 from kai_ray.core.gpushare import device_share
 from kai_ray.core.incremental import CycleCache
 from kai_ray.core.model import (
+    BORROW,
     CPU,
     DEFAULT_ACTIONS,
     DEFAULT_GPU_TYPE,
@@ -12,14 +13,17 @@ from kai_ray.core.model import (
     HOSTNAME_LABEL,
     MEMORY,
     NODE_ID_LABELS,
+    PREEMPT,
     REASON_CODES,
     RESOURCES,
+    TRY_NEXT_TYPE,
     UNLIMITED,
     Bind,
     ClusterSnapshot,
     CycleResult,
     Decision,
     Evict,
+    GpuTypeFungibility,
     GpuTypeShare,
     JobInfo,
     NodeAffinity,
@@ -43,6 +47,7 @@ from kai_ray.core.quantity import QuantityError, format_bytes, parse_duration, p
 from kai_ray.core.queues import QueueTreeError
 
 __all__ = [
+    "BORROW",
     "CPU",
     "DEFAULT_ACTIONS",
     "DEFAULT_GPU_TYPE",
@@ -51,8 +56,10 @@ __all__ = [
     "MEMORY",
     "NEVER_FITS",
     "NODE_ID_LABELS",
+    "PREEMPT",
     "REASON_CODES",
     "RESOURCES",
+    "TRY_NEXT_TYPE",
     "UNLIMITED",
     "Bind",
     "ClusterSnapshot",
@@ -61,6 +68,7 @@ __all__ = [
     "Decision",
     "EmptyRoom",
     "Evict",
+    "GpuTypeFungibility",
     "GpuTypeShare",
     "JobInfo",
     "NodeAffinity",

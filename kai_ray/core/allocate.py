@@ -19,7 +19,7 @@ from kai_ray.core.settling import SureToFail, every_key_fails
 from kai_ray.core.subgroups import tally
 from kai_ray.core.words import agree, count
 
-__all__ = ["allocate", "allocate_step"]
+__all__ = ["allocate", "allocate_gangs", "allocate_step"]
 
 
 def allocate(ctx: CycleContext) -> None:
@@ -68,6 +68,15 @@ def _walk(ctx: CycleContext, order: JobQueues, failed: FailedSearches, sure: Sur
             if _unknown_keys_fail(ctx, sure, failed):
                 _settle(ctx, sure)
                 return
+
+
+def allocate_gangs(ctx: CycleContext, jobs: list[Job]) -> None:
+    """Allocate's step for the gang of each of these jobs, in queue order (no failures
+    remembered: a few jobs, tried once)."""
+    order = ctx.job_queues(jobs)
+    while (job := order.next_job()) is not None:
+        allocate_step(ctx, job, "allocate")
+        order.done(job)
 
 
 def _mostly_sure(sure: SureToFail) -> bool:

@@ -26,7 +26,7 @@ from kai_ray.core.cluster import (
 )
 from kai_ray.core.leafsums import AmountKey, LeafSums, add_groups
 from kai_ray.core.model import SPREAD_MODES, ClusterSnapshot, JobInfo, Request, TaskInfo, TaskStatus
-from kai_ray.core.queues import QueueTree, leaf_queue_problem, tree_parents
+from kai_ray.core.queues import QueueTree, first_type_only, leaf_queue_problem, tree_parents
 
 __all__ = ["build_state", "build_state_and_leaves", "extended_columns", "job_problem"]
 
@@ -99,6 +99,7 @@ class _Builder:
                 state.invalid[info.name] = reason
                 continue
             job = Job(info=info, queue=tree.index[info.queue], order=order)
+            job.first_type_only = first_type_only(tree, job.queue, info)
             if info.node_selector:
                 job.selector = tuple(sorted(info.node_selector.items()))
             tasks = info.tasks

@@ -230,6 +230,8 @@ class Job:
     # its tasks ask for n times the first one's.
     uniform: bool = False
     pending_count: int = 0  # tasks Pending; kept by the Statement
+    # It tries its first GPU type alone until the actions are done (queues.first_type_only).
+    first_type_only: bool = False
     # Search keys (failedsearches.search_key) by (action, tasks) while no task is active:
     # fixed then for a uniform job, so a job kept between cycles (incremental/) keys once.
     keys: dict[tuple[str, int], tuple[object, ...]] | None = None

@@ -89,9 +89,10 @@ def _step(ctx: CycleContext, job: Job, failed: FailedSearches, held: HeldBack, r
 
 def _room_in_total(ctx: CycleContext, job: Job, gang: list[Task]) -> bool:
     """The gang's GPUs fit the free and releasing GPUs of its nodes taken together (KAI's
-    check before it consolidates: GPUs alone; a CPU job always passes)."""
+    check before it consolidates: GPUs alone; a CPU job always passes). Of every GPU type:
+    work that accepts another type may move there and leave the job's type free."""
     nodes = ctx.state.nodes
-    mask = ctx.placer.base_mask(job)
+    mask = ctx.placer.any_type_mask(job)
     need = float(sum(t.demand[0] for t in gang))
     need += sum(t.fraction_on(nodes, 0) for t in gang if t.fraction_request) if len(nodes) else 0.0
     free = float(nodes.idle[mask, 0].sum() + nodes.releasing[mask, 0].sum())

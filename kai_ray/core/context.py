@@ -53,6 +53,9 @@ class CycleContext:
     reserved: dict[str, Reserved] = field(default_factory=dict)  # what they were, by gang
     # Allocate's line in runs, as the solver's simulations walk it (walkline.py).
     walk: WalkLine | None = None
+    # The waiting jobs the actions that evict look at; None: every one (the cycle's last
+    # step gives the jobs held to their first GPU type their later types: cycle.py).
+    only: list[Job] | None = None
     # A job's next request, while it waits in a JobQueues (its tasks do not change there).
     _next_amount: dict[int, list[float]] = field(default_factory=dict)
     # n times a shared per-task amount, by (id of that amount, n): read-only arrays.
@@ -81,7 +84,7 @@ class CycleContext:
     def waiting_gangs(self) -> JobQueues:
         """Jobs with tasks waiting, in policy order (the actions that evict): a gang still
         incomplete, or, as KAI's reclaim and preempt try it, an elastic job for one more task."""
-        jobs = self.state.maybe_pending()
+        jobs = self.state.maybe_pending() if self.only is None else self.only
         return self.job_queues([j for j in jobs if j.pending_count])
 
     def walk_line(self) -> WalkLine:

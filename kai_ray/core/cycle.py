@@ -8,7 +8,7 @@ from collections.abc import Callable, Collection, Iterator
 
 import numpy as np
 
-from kai_ray.core.allocate import allocate
+from kai_ray.core.allocate import allocate, allocate_gangs
 from kai_ray.core.build import build_state
 from kai_ray.core.cluster import ClusterState, FloatArray, Job, cluster_total
 from kai_ray.core.context import CycleContext
@@ -17,6 +17,7 @@ from kai_ray.core.fairshare import FairShares, compute_fair_shares
 from kai_ray.core.incremental import CycleCache
 from kai_ray.core.incremental.gangs import KeptGangs
 from kai_ray.core.model import (
+    PREEMPT,
     Bind,
     ClusterSnapshot,
     CycleResult,
@@ -156,7 +157,38 @@ def run_action(ctx: CycleContext, name: str) -> None:
     ctx.stmt.commit()
 
 
+def take_later_types(ctx: CycleContext) -> None:
+    """The cycle's last step (docs/gpu-types.md, "Fungibility"): the gangs held to their
+    first GPU type (whenCanPreempt Preempt) that still wait, every action done, try their
+    later types as Kueue tries the next flavor: their free room first, then the actions
+    that evict again, for these jobs alone. A cycle cache's lines and failures are of the
+    first pass: not read here."""
+    if not any(f.when_can_preempt == PREEMPT for f in ctx.state.tree.type_fungibility):
+        return
+    held = [
+        j for j in ctx.state.maybe_pending() if j.first_type_only and j.pending_count and not j.is_whole()
+    ]
+    if not held or not ctx.placer.gpu_types.several:
+        return
+    kept, line = ctx.kept, ctx.line
+    ctx.placer.later_types, ctx.kept, ctx.line = True, None, None
+    try:
+        allocate_gangs(ctx, held)
+        ctx.stmt.commit()
+        for name in ctx.config.actions:
+            ctx.only = [j for j in held if _waits(j)]
+            if ctx.only and name in EVICTION_ACTIONS and name != "stalegangeviction":
+                run_action(ctx, name)
+    finally:
+        ctx.placer.later_types, ctx.kept, ctx.line, ctx.only = False, kept, line, None
+
+
+def _waits(job: Job) -> bool:
+    return job.pending_count > 0 and not job.is_whole()
+
+
 def finish_cycle(ctx: CycleContext) -> CycleResult:
+    take_later_types(ctx)  # after every action: it gives what eviction did not
     state = ctx.state
     waiting = _waiting(ctx)
     return CycleResult(

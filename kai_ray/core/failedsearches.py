@@ -131,6 +131,7 @@ def _search_key(job: Job, tasks: Sequence[Task], action: str) -> FailureKey:
         info.spread,
         info.gpu_types,
         info.mixed_gpu_types,
+        job.first_type_only,
     )
     if info.subgroups:  # a failure's reason names the subgroup that did not fit: which is which
         placement += (tuple(info.subgroups.items()), tuple(t.info.subgroup for t in tasks))

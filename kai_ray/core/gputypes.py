@@ -25,7 +25,7 @@ def gpus_of(tasks: Sequence[Task]) -> float:
     (a slice of device memory counted as a whole device: its device is not known yet)."""
     first = tasks[0] if tasks else None
     if first is not None and first.job.uniform and first.amount is not None:
-        return float(first.amount[0]) * len(tasks)  # alike: n times the first one's
+        return first.amount.item(0) * len(tasks)  # alike: n times the first one's
     return sum(
         float(t.amount[0]) if t.amount is not None else 1.0
         for t in tasks
@@ -65,6 +65,7 @@ class GpuTypes:
         self._accepting: dict[tuple[str, ...], BoolArray] = {}
         self._room: _TypeRoom | None = None
         self._whole: dict[int, tuple[BoolArray, bool]] = {}
+        self._named: dict[tuple[str, ...], tuple[int, ...]] = {}  # types accepted -> ids
 
     @property
     def room(self) -> _TypeRoom:
@@ -93,8 +94,10 @@ class GpuTypes:
         return self.names[int(self.ids[node])]
 
     def asks_gpu(self, job: Job) -> bool:
-        tasks = job.tasks[:1] if job.uniform else job.tasks  # a uniform job's tasks ask alike
-        return any(t.demand[0] > 0 or t.fraction_request for t in tasks)
+        if job.uniform:  # its tasks ask alike: the first says (asked for every gang tried)
+            first = job.tasks[0]
+            return first.fraction_request or first.demand.item(0) > 0
+        return any(t.demand[0] > 0 or t.fraction_request for t in job.tasks)
 
     def held_by(self, job: Job) -> int | None:
         """The type of the GPUs its active tasks hold (the first found), if any: one it
@@ -121,12 +124,14 @@ class GpuTypes:
     def order_for(self, job: Job, mask: BoolArray) -> list[int]:
         """The types a gang tries, first to last: those it accepts in its order, or every
         type, the one with the fewest free GPUs (now or being released) first."""
-        if job.info.gpu_types:
-            return [self.index[t] for t in job.info.gpu_types if t in self.index]
+        accepted = job.info.gpu_types
+        if accepted:
+            named = self._named.get(accepted)
+            if named is None:
+                named = self._named[accepted] = tuple(self.index[t] for t in accepted if t in self.index)
+            return list(named)
         if mask is self._everywhere(mask):  # the usual job: the totals kept in step
-            room = self.room
-            # Rounded: totals kept in step by differences must order as totals summed anew.
-            return sorted(room.present, key=lambda t: (round(room.future[t], 6), self.names[t]))
+            return self._by_future_room(self.room)
         nodes = self.nodes
         usable = mask & ~self.no_gpu
         free = np.bincount(
@@ -136,6 +141,17 @@ class GpuTypes:
         )
         present = set(self.ids[usable].tolist())
         return sorted(present, key=lambda t: (float(free[t]), self.names[t]))
+
+    def _by_future_room(self, room: _TypeRoom) -> list[int]:
+        """The types present, the fewest free GPUs (now or being released) first."""
+        keys = []
+        for t in room.present:
+            free = room.future[t]
+            # Rounded: totals kept in step by differences must order as totals summed anew.
+            # round() is slow, and a whole number is its own rounding (the usual total).
+            keys.append((free if free.is_integer() else round(free, 6), self.names[t], t))
+        keys.sort()
+        return [t for _, _, t in keys]
 
     def _everywhere(self, mask: BoolArray) -> BoolArray | None:
         """`mask` itself when it admits every schedulable node (checked once per array)."""
@@ -177,7 +193,7 @@ class _TypeRoom:
     def update(self, node: int) -> None:
         if not self.counted[node]:
             return
-        idle, releasing = float(self.nodes.idle[node, 0]), float(self.nodes.releasing[node, 0])
+        idle, releasing = self.nodes.idle.item(node, 0), self.nodes.releasing.item(node, 0)
         t = self.type_of[node]
         self.now[t] += idle - self.idle[node]
         self.future[t] += idle + releasing - self.idle[node] - self.releasing[node]

@@ -17,6 +17,7 @@ from kai_ray.core.affinity import NodeAffinity, NodeRequirement, NodeSelectorTer
 from kai_ray.core.gpushare import device_share, shares_device
 
 __all__ = [
+    "BORROW",
     "CPU",
     "DEFAULT_ACTIONS",
     "DEFAULT_GPU_TYPE",
@@ -24,15 +25,18 @@ __all__ = [
     "HOSTNAME_LABEL",
     "MEMORY",
     "NODE_ID_LABELS",
+    "PREEMPT",
     "REASON_CODES",
     "RESOURCES",
     "SPREAD_MODES",
+    "TRY_NEXT_TYPE",
     "UNLIMITED",
     "Bind",
     "ClusterSnapshot",
     "CycleResult",
     "Decision",
     "Evict",
+    "GpuTypeFungibility",
     "GpuTypeShare",
     "JobInfo",
     "NodeAffinity",
@@ -148,6 +152,24 @@ class GpuTypeShare:
     over_quota_weight: float | None = None  # None: the queue's gpu over-quota weight
 
 
+# How a workload that accepts several GPU types picks between them (docs/gpu-types.md,
+# "Fungibility"), as Kueue's flavor fungibility: take the next type's room (TRY_NEXT_TYPE),
+# or go over quota (BORROW) / evict (PREEMPT) in the type it prefers first.
+BORROW, PREEMPT, TRY_NEXT_TYPE = "Borrow", "Preempt", "TryNextType"
+
+
+@dataclass(frozen=True, slots=True)
+class GpuTypeFungibility:
+    """A queue's choice for its workloads that accept several GPU types."""
+
+    # Borrow: its preferred type first, over the queue's quota of it if need be;
+    # TryNextType: first the types it accepts within the queue's quota of each.
+    when_can_borrow: str = BORROW
+    # TryNextType: free room of any type it accepts before any eviction; Preempt: its
+    # first type only, evicting there if need be, and later types' free room only after.
+    when_can_preempt: str = TRY_NEXT_TYPE
+
+
 @dataclass(frozen=True, slots=True)
 class QueueInfo:
     """One queue of the tree. Per-resource triples are in RESOURCES order."""
@@ -165,6 +187,7 @@ class QueueInfo:
     expected_runtime: float | None = None
     max_runtime: float | None = None
     gpu_types: tuple[GpuTypeShare, ...] = ()  # per GPU type; a type not listed: no quota of it
+    gpu_type_fungibility: GpuTypeFungibility | None = None  # None: the parent's (top: defaults)
 
 
 # Node labels whose value is the node's own identity: Kubernetes' hostname label, and

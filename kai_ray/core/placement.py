@@ -11,7 +11,7 @@ import numpy as np
 from kai_ray.core.cluster import EPS, BoolArray, ClusterState, FloatArray, Job, Task
 from kai_ray.core.gpushare import device_shares
 from kai_ray.core.gputypes import GpuTypes, gpus_of
-from kai_ray.core.model import NodeAffinity, SchedulerConfig, TaskStatus, TopologyConstraint
+from kai_ray.core.model import TRY_NEXT_TYPE, NodeAffinity, SchedulerConfig, TaskStatus, TopologyConstraint
 from kai_ray.core.nodeindex import GpuBuckets
 from kai_ray.core.nodesets import Domains, affinity_mask, domain_ids, selector_mask
 from kai_ray.core.statement import Statement
@@ -54,6 +54,10 @@ class Placer:
         self._type_buckets: dict[int, GpuBuckets] = {}
         self._type_of_mask: dict[int, int] = {}  # id of a mask of _type_masks -> its type
         self._type_masks_any: set[int] = set()  # types of _type_masks with a node of theirs
+        # Jobs are held to their first GPU type while the actions run (queues.
+        # first_type_only); `later_types` once the cycle's last step may give them the
+        # free room of the others (cycle.take_later_types).
+        self.later_types = False
 
     @property
     def buckets(self) -> GpuBuckets:
@@ -67,7 +71,15 @@ class Placer:
     def base_mask(self, job: Job) -> BoolArray:
         """Schedulable nodes that match the job's node selector, the affinity all its
         tasks share and the GPU types it accepts (cached per all three)."""
-        selector, affinity, types = job.selector, job.affinity, job.info.gpu_types
+        return self._base_mask(job.selector, job.affinity, job.info.gpu_types)
+
+    def any_type_mask(self, job: Job) -> BoolArray:
+        """base_mask of every GPU type: the nodes work moved for the job may go to."""
+        return self._base_mask(job.selector, job.affinity, ())
+
+    def _base_mask(
+        self, selector: tuple[tuple[str, str], ...], affinity: NodeAffinity | None, types: tuple[str, ...]
+    ) -> BoolArray:
         mask = self._selector_masks.get(selector)
         if mask is None:
             mask = self._selector_masks[selector] = selector_mask(self.state.nodes, selector)
@@ -100,7 +112,22 @@ class Placer:
             held = types.held_by(job)
             if held is not None:
                 return types.of(held)
+            first = self._first_type(job)
+            if first is not None:
+                return types.of(first)
         return types.accepting(job.info.gpu_types) if job.info.gpu_types else None
+
+    def _first_type(self, job: Job) -> int | None:
+        """The one type a job held to its first type may take now (None: not held): the
+        first it accepts that the cluster has. Kept to it, allocate finds no free room of
+        a later type, and the actions that evict take victims on it alone."""
+        if not job.first_type_only or self.later_types:
+            return None
+        index = self.gpu_types.index
+        for name in job.info.gpu_types:
+            if name in index:
+                return index[name]
+        return None
 
     def type_choices(self, job: Job, mask: BoolArray, tasks: Sequence[Task] = ()) -> Iterator[BoolArray]:
         """The node sets a gang may take, in the order it tries them: one GPU type each,
@@ -119,13 +146,35 @@ class Placer:
         if job.info.mixed_gpu_types:
             yield self.within_type_limits(job, tasks, mask)
             return
-        order = types.candidates(job, mask)
+        order = self._fungible(job, self.type_candidates(job, mask), gpus)
         for t in order:
             if typed is not None and typed.blocked(job, t, gpus):
                 continue
             narrowed = self._of_type(job, mask, t)
             if t in self._type_masks_any if narrowed is self._type_masks.get(t) else narrowed.any():
                 yield narrowed
+
+    def type_candidates(self, job: Job, mask: BoolArray | None = None) -> list[int]:
+        """The types a gang that stays on one type may take now, in its order
+        (GpuTypes.candidates): its first type alone while it is held to it. One list for
+        placing it, for saying why it waits, and for judging a reclaim on types."""
+        types = self.gpu_types
+        if job.first_type_only and types.held_by(job) is None:
+            first = self._first_type(job)
+            if first is not None:
+                return [first]
+        return types.candidates(job, self.base_mask(job) if mask is None else mask)
+
+    def _fungible(self, job: Job, order: list[int], gpus: float) -> list[int]:
+        """The types in the order the job's queue has it take them (docs/gpu-types.md,
+        "Fungibility"): with whenCanBorrow TryNextType, first those in which its queue
+        stays within its quota."""
+        if len(order) < 2:
+            return order
+        typed = self.state.usage.typed
+        if typed is not None and self.state.tree.type_fungibility[job.queue].when_can_borrow == TRY_NEXT_TYPE:
+            return sorted(order, key=lambda t: typed.borrows(job.queue, t, gpus))  # stable
+        return order
 
     def _of_type(self, job: Job, mask: BoolArray, t: int) -> BoolArray:
         """`mask` narrowed to one GPU type. For a job with no selector or affinity, its

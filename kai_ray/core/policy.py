@@ -172,15 +172,19 @@ def _typed_queue_rank(
     resource of its own in place of the plain gpu total. `job_amount` is [gpu, cpu,
     memory] and, where given, the type column its GPUs count on (TypedQueues.rank_column);
     a job of any type counts them on the type where its queue stands lowest."""
-    a1, a2 = state.usage.allocated[q][1], state.usage.allocated[q][2]
+    _, a1, a2 = state.usage.allocated[q]
     j0, j1, j2 = job_amount[0], job_amount[1], job_amount[2]
     w1, w2 = a1 + j1, a2 + j2
     fair, deserved, allocatable = rows.fair_share[q], rows.deserved[q], rows.allocatable[q]
-    b1, b2 = rows.share_base[q][1], rows.share_base[q][2]
-    held, share, due, base = typed.rows(q)
+    _, b1, b2 = rows.share_base[q]
+    held, (share, due, base) = typed.allocated[q], typed.share_rows[q]
     col = int(job_amount[3]) if len(job_amount) > 3 else -1
-    if j0 > EPS and col < 0 and held:  # any type: the one where its queue stands lowest
-        col = min(range(len(held)), key=lambda c: ((held[c] + j0) / base[c], c))
+    if j0 > EPS and col < 0:  # any type: the one where its queue stands lowest (first on a tie)
+        lowest = 0.0
+        for c, h in enumerate(held):
+            x = (h + j0) / base[c]
+            if col < 0 or x < lowest:
+                col, lowest = c, x
     over = a1 > fair[1] + EPS and a2 > fair[2] + EPS
     starved = w1 <= deserved[1] + EPS and w2 <= deserved[2] + EPS
     zero_share = (allocatable[1] <= EPS and w1 > EPS) or (allocatable[2] <= EPS and w2 > EPS)

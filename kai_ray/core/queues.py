@@ -8,12 +8,22 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from kai_ray.core.model import RESOURCES, UNLIMITED, QueueInfo
+from kai_ray.core.model import (
+    BORROW,
+    PREEMPT,
+    RESOURCES,
+    TRY_NEXT_TYPE,
+    UNLIMITED,
+    GpuTypeFungibility,
+    JobInfo,
+    QueueInfo,
+)
 
 __all__ = [
     "QueueTree",
     "QueueTreeError",
     "build_queue_tree",
+    "first_type_only",
     "leaf_queue_problem",
     "listing",
     "resource_problem",
@@ -52,6 +62,9 @@ class QueueTree:
     limited: tuple[bool, ...]  # some queue on the path to the root has a limit
     # Per queue, the run-time defaults of its work (seconds; None: none): (expected, max).
     runtime_defaults: tuple[tuple[float | None, float | None], ...] = ()
+    # Per queue, how its work that accepts several GPU types picks one: from the queue
+    # upward, the first that says (default: GpuTypeFungibility()).
+    type_fungibility: tuple[GpuTypeFungibility, ...] = ()
     # Queues with a parent, deepest first (index order within a depth): the order that
     # adds each queue's figures into its parent's.
     bottom_up: tuple[int, ...] = ()
@@ -120,9 +133,47 @@ def build_queue_tree(queues: Sequence[QueueInfo]) -> QueueTree:
         reclaim_min_runtime=tuple(q.reclaim_min_runtime for q in queues),
         limited=tuple(any(has_limit[a] for a in path) for path in ancestors),
         runtime_defaults=tuple((q.expected_runtime, q.max_runtime) for q in queues),
+        type_fungibility=tuple(_inherited_fungibility(path, queues) for path in ancestors),
         bottom_up=tuple(
             q for q in sorted(range(len(queues)), key=lambda q: -len(ancestors[q])) if parent[q] >= 0
         ),
+    )
+
+
+def _inherited_fungibility(path: tuple[int, ...], queues: Sequence[QueueInfo]) -> GpuTypeFungibility:
+    own = queues[path[0]].gpu_type_fungibility
+    if own is not None:
+        _check_fungibility(queues[path[0]].name, own)
+    for q in path:
+        own = queues[q].gpu_type_fungibility
+        if own is not None:
+            return own
+    return DEFAULT_FUNGIBILITY
+
+
+DEFAULT_FUNGIBILITY = GpuTypeFungibility()
+
+
+def _check_fungibility(queue: str, f: GpuTypeFungibility) -> None:
+    for field_name, value, allowed in (
+        ("whenCanBorrow", f.when_can_borrow, (BORROW, TRY_NEXT_TYPE)),
+        ("whenCanPreempt", f.when_can_preempt, (TRY_NEXT_TYPE, PREEMPT)),
+    ):
+        if value not in allowed:
+            raise QueueTreeError(
+                f"queue {queue!r}: gpuTypeFungibility.{field_name} = {value!r}; use {' or '.join(allowed)}",
+                queue,
+            )
+
+
+def first_type_only(tree: QueueTree, queue: int, info: JobInfo) -> bool:
+    """Whether the job waits on its first GPU type before it takes another's room: its
+    queue says whenCanPreempt Preempt, and it names several types (docs/gpu-types.md)."""
+    return (
+        len(info.gpu_types) > 1
+        and not info.mixed_gpu_types
+        and bool(tree.type_fungibility)
+        and tree.type_fungibility[queue].when_can_preempt == PREEMPT
     )
 
 

@@ -57,7 +57,7 @@ def _type_limits(placer: Placer, job: Job, tasks: Sequence[Task]) -> tuple[list[
     typed, types = placer.state.usage.typed, placer.gpu_types
     if typed is None or job.info.mixed_gpu_types or not types.asks_gpu(job):
         return [], False
-    order = types.candidates(job, placer.base_mask(job))
+    order = placer.type_candidates(job)
     gpus = gpus_of(tasks)
     said = [typed.blocked(job, t, gpus) for t in order]
     return [w for w in said if w], bool(order) and all(said)

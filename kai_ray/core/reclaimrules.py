@@ -156,7 +156,7 @@ def typed_reclaim(ctx: CycleContext, job: Job) -> TypedReclaim | None:
     typed, types = ctx.state.usage.typed, ctx.placer.gpu_types
     if typed is None or job.info.mixed_gpu_types or not types.asks_gpu(job):
         return None
-    candidates = types.candidates(job, ctx.placer.base_mask(job))
+    candidates = ctx.placer.type_candidates(job)
     if not candidates or any(typed.column[t] < 0 for t in candidates):
         return None
     return TypedReclaim(ctx, job, typed, candidates)

@@ -46,6 +46,9 @@ class Statement:
         # again): a reader keeps its place in it to refresh only those (victimpool.py).
         self.changed_tasks: list[Task] = []
         self.evictions = 0  # evictions that stand (undo takes back): did a search take any?
+        # Placements of waiting tasks that stand (undo takes back): each makes its job a
+        # candidate victim within the cycle (incremental/outcomes.py reads it).
+        self.placements = 0
         # One number per standing eviction, in order; undo takes the last off, so the
         # top names the set that stands: equal tops, the same tasks running.
         self._evicted_marks: list[int] = []
@@ -207,6 +210,7 @@ class Statement:
         job.active_count += 1  # from Pending or Releasing: neither counted
         was_pending = previous[0] is TaskStatus.PENDING
         job.pending_count -= was_pending
+        self.placements += was_pending
         self.pipelined += pipelined
         moved = previous[0] is TaskStatus.RELEASING
         if moved:
@@ -221,6 +225,7 @@ class Statement:
                 self.moved.pop()
             job.active_count -= 1
             job.pending_count += was_pending
+            self.placements -= was_pending
             self.pipelined -= pipelined
             task.status, task.node, task.device, task.placed_by = previous
             undo_usage()
@@ -267,6 +272,7 @@ class Statement:
             t.status, t.node, t.placed_by = binding, node, action
         job.active_count += len(tasks)
         job.pending_count -= len(tasks)
+        self.placements += len(tasks)
         self._changed()
         self.changed_tasks.extend(tasks)
 
@@ -275,6 +281,7 @@ class Statement:
             self.changed_tasks.extend(tasks)
             job.active_count -= len(tasks)
             job.pending_count += len(tasks)
+            self.placements -= len(tasks)
             for t in tasks:
                 t.status, t.node, t.device, t.placed_by = pending, -1, -1, ""
             undo_usage()

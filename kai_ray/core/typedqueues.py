@@ -26,7 +26,9 @@ __all__ = ["TypedQueues", "typed_queues"]
 EPS = 1e-9
 _PENDING = TaskStatus.PENDING
 # A tuple finds a member by identity; a set would hash the enum (asked once per task).
-_ACTIVE = tuple(s for s in TaskStatus if s.is_active)
+# Running first: most tasks counted are.
+_RUNNING = TaskStatus.RUNNING
+_ACTIVE = (_RUNNING, *(s for s in TaskStatus if s.is_active and s is not _RUNNING))
 
 
 def typed_queues(
@@ -59,6 +61,10 @@ class TypedQueues:
                     self.quota[q, c], self.limit[q, c] = share.quota, share.limit
                     if share.over_quota_weight is not None:
                         weight[q, c] = share.over_quota_weight
+        # Plain numbers for the rules asked on every gang tried (numpy's scalars are slow).
+        self._column: list[int] = self.column.tolist()
+        self._quota: list[list[float]] = self.quota.tolist()
+        self._limit: list[list[float]] = self.limit.tolist()
         self._columns: list[int] = self.column[types.ids].tolist()  # per node: its type's column
         allocated, nonpreemptible, requested = self._counted(n, t)
         # Plain lists: read and changed a number at a time, on every rank and placement.
@@ -73,38 +79,71 @@ class TypedQueues:
         non-preemptible jobs, and requested (allocated, plus what waiting jobs ask of each
         type they accept)."""
         # Plain lists while counting: one task at a time, numpy's per-call cost dominates.
+        # One pass over every job of the cluster each cycle: kept to the fewest steps per
+        # job (a uniform job's GPUs read once, a waiting one's tasks not looked at).
         allocated = [[0.0] * t for _ in range(n)]
         held = [[0.0] * t for _ in range(n)]
         waiting = [[0.0] * t for _ in range(n)]
-        columns, every = self._columns, list(range(t))
+        columns = self._columns
         gpus_of: dict[int, float] = {}  # per shared amount (one per request): its GPUs
+        accepts: dict[tuple[str, ...], list[int]] = {}  # per types accepted: their columns
         for job in self.state.jobs:
-            q, pending = job.queue, 0.0
-            mine, theirs = allocated[q], held[q]
-            same = self._uniform_gpus(job, gpus_of)
-            if same is not None and (same <= 0 or not job.active_count):
-                pending = same * job.pending_count  # none placed: no task to look at
-                if pending <= 0:
+            same: float | None = None
+            if job.uniform:
+                tasks = job.tasks
+                task = tasks[0]
+                amount = task.amount  # every task's, and known: the job is uniform
+                same = gpus_of.get(id(amount))
+                if same is None:
+                    same = gpus_of[id(amount)] = float(amount[0])  # type: ignore[index]
+                if same <= 0 or not job.active_count:
+                    pending = same * job.pending_count  # none placed: no task to look at
+                    if pending > 0:
+                        self._wait(waiting[job.queue], job.info.gpu_types, pending, accepts)
                     continue
-            else:
-                for task in job.tasks:
-                    gpus = same if same is not None else self._gpus(task)
-                    status = task.status
-                    if task.node >= 0 and status in _ACTIVE:
-                        c = columns[task.node]
-                        if c >= 0:
-                            mine[c] += gpus
-                            if not job.info.preemptible:
-                                theirs[c] += gpus
-                    elif status is _PENDING:
-                        pending += gpus
+                if len(tasks) == 1 and task.node >= 0 and task.status in _ACTIVE:
+                    c = columns[task.node]  # the usual running job: one task, placed
+                    if c >= 0:
+                        allocated[job.queue][c] += same
+                        if not job.info.preemptible:
+                            held[job.queue][c] += same
+                    continue
+            pending = self._count_tasks(job, same, allocated[job.queue], held[job.queue])
             if pending:
-                accepts = [c for c in map(self.column_of, job.info.gpu_types) if c >= 0] or every
-                for c in accepts:
-                    waiting[q][c] += pending
-        requested = np.array(allocated) + np.array(waiting)
-        sums = (np.array(allocated).reshape(n, t), np.array(held).reshape(n, t), requested.reshape(n, t))
-        return tuple(self._up_the_tree(x) for x in sums)  # type: ignore[return-value]
+                self._wait(waiting[job.queue], job.info.gpu_types, pending, accepts)
+        mine = np.array(allocated).reshape(n, t)
+        requested = mine + np.array(waiting).reshape(n, t)
+        # One pass up the tree for the three: each column is summed on its own.
+        summed = self._up_the_tree(np.hstack((mine, np.array(held).reshape(n, t), requested)))
+        return summed[:, :t], summed[:, t : 2 * t], summed[:, 2 * t :]
+
+    def _count_tasks(self, job: Job, same: float | None, mine: list[float], theirs: list[float]) -> float:
+        """A job's placed GPUs added to its queue's rows, per type; its pending GPUs."""
+        columns, pending = self._columns, 0.0
+        nonpreemptible = not job.info.preemptible
+        for task in job.tasks:
+            gpus = same if same is not None else self._gpus(task)
+            status = task.status
+            if task.node >= 0 and status in _ACTIVE:
+                c = columns[task.node]
+                if c >= 0:
+                    mine[c] += gpus
+                    if nonpreemptible:
+                        theirs[c] += gpus
+            elif status is _PENDING:
+                pending += gpus
+        return pending
+
+    def _wait(
+        self, row: list[float], types: tuple[str, ...], gpus: float, known: dict[tuple[str, ...], list[int]]
+    ) -> None:
+        """A waiting job's GPUs asked of each type it accepts (none named: every type)."""
+        accepts = known.get(types)
+        if accepts is None:
+            named = [c for c in map(self.column_of, types) if c >= 0]
+            accepts = known[types] = named or list(range(len(self.names)))
+        for c in accepts:
+            row[c] += gpus
 
     def _up_the_tree(self, leaves: FloatArray) -> FloatArray:
         tree, out = self.state.tree, leaves.copy()
@@ -114,63 +153,61 @@ class TypedQueues:
 
     def _fair_shares(self, weight: FloatArray, requested: FloatArray, k: float) -> FloatArray:
         """Each type's fair share, level by level; its deserved share and what a dominant
-        share divides by are kept too (rows)."""
-        tree, nodes = self.state.tree, self.state.nodes
-        out, deserved, base = np.zeros_like(requested), np.zeros_like(requested), np.zeros_like(requested)
-        for c, name in enumerate(self.names):
-            of_type = (self.types.ids == self.types.index[name]) & nodes.schedulable
-            capacity = float(nodes.capacity[of_type, 0].sum())
-            columns = np.zeros((len(tree), 3))
+        share divides by are kept too (rows). compute_fair_shares splits each of its three
+        resources on its own (element by element, sums per column), so three types go
+        through one call as its three columns: the very figures of one call per type."""
+        tree, nodes, t = self.state.tree, self.state.nodes, len(self.names)
+        capacity = np.array(
+            [
+                float(nodes.capacity[(self.types.ids == self.types.index[name]) & nodes.schedulable, 0].sum())
+                for name in self.names
+            ]
+        )
+        out, deserved, allocatable = (
+            np.zeros_like(requested),
+            np.zeros_like(requested),
+            np.zeros_like(requested),
+        )
+        for first in range(0, t, 3):
+            cols = slice(first, min(first + 3, t))
             per_type = replace(
                 tree,
-                quota=_gpu_only(self.quota[:, c]),
-                limit=_gpu_only(self.limit[:, c], UNLIMITED),
-                weight=_gpu_only(weight[:, c]),
+                quota=_three(self.quota[:, cols]),
+                limit=_three(self.limit[:, cols], UNLIMITED),
+                weight=_three(weight[:, cols]),
                 derived={},
             )
-            columns[:, 0] = requested[:, c]
-            shares = compute_fair_shares(per_type, np.array([capacity, 0.0, 0.0]), columns, None, k)
-            out[:, c], deserved[:, c] = shares.fair_share[:, 0], shares.deserved[:, 0]
-            allocatable = shares.allocatable[:, 0]
-            base[:, c] = np.where(allocatable > EPS, allocatable, capacity if capacity > EPS else 1e-300)
-        self._rows = (out.tolist(), deserved.tolist(), base.tolist())
+            total = _three(capacity[None, cols])[0]
+            shares = compute_fair_shares(per_type, total, _three(requested[:, cols]), None, k)
+            width = cols.stop - first
+            out[:, cols], deserved[:, cols] = shares.fair_share[:, :width], shares.deserved[:, :width]
+            allocatable[:, cols] = shares.allocatable[:, :width]
+        fallback = np.where(capacity > EPS, capacity, 1e-300)
+        base = np.where(allocatable > EPS, allocatable, fallback[None, :])
+        # Per queue, for its rank: fair share, deserved share, what a dominant share divides by.
+        self.share_rows: list[tuple[list[float], list[float], list[float]]] = list(
+            zip(out.tolist(), deserved.tolist(), base.tolist(), strict=True)
+        )
         return out
-
-    def rows(self, q: int) -> tuple[list[float], list[float], list[float], list[float]]:
-        """One queue's figures per type as plain numbers, for its rank: held now, fair
-        share, deserved share, and what its dominant share divides by."""
-        fair, deserved, base = self._rows
-        return self.allocated[q], fair[q], deserved[q], base[q]
 
     def rank_column(self, job: Job) -> float:
         """The type column its GPUs count on when its queue is ranked for it: the type its
         gang holds, else the first named type it accepts; -1: any (policy ranks it)."""
-        held = self.types.held_by(job)
+        held = self.types.held_by(job) if job.active_count else None
         if held is not None:
-            return float(self.column[held])
+            return float(self._column[held])
         for name in job.info.gpu_types:
             c = self.column_of(name)
             if c >= 0:
                 return float(c)
         return -1.0
 
-    @staticmethod
-    def _uniform_gpus(job: Job, known: dict[int, float]) -> float | None:
-        """The GPUs each task of a uniform job counts (one amount for all), else None."""
-        if not job.uniform:
-            return None
-        amount = job.tasks[0].amount  # every task's, and known: the job is uniform
-        gpus = known.get(id(amount))
-        if gpus is None:
-            gpus = known[id(amount)] = float(amount[0])  # type: ignore[index]
-        return gpus
-
     def _gpus(self, task: Task) -> float:
         return float(self.state.queue_amount(task, task.node)[0])
 
     def column_of(self, gpu_type: str) -> int:
         type_id = self.types.index.get(gpu_type)
-        return -1 if type_id is None else int(self.column[type_id])
+        return -1 if type_id is None else self._column[type_id]
 
     # ------------------------------------------------------------ kept in step
 
@@ -182,12 +219,12 @@ class TypedQueues:
         if c < 0 or gpus == 0:
             return _nothing
         path = self.state.tree.ancestors[queue]
-        allocated, held = self.allocated, self.nonpreemptible
+        allocated, held, amount = self.allocated, self.nonpreemptible, sign * gpus
         before = [(q, allocated[q][c], held[q][c]) for q in path]
         for q in path:
-            allocated[q][c] += sign * gpus
+            allocated[q][c] += amount
             if nonpreemptible:
-                held[q][c] += sign * gpus
+                held[q][c] += amount
 
         def undo() -> None:
             for q, a, h in before:
@@ -201,17 +238,17 @@ class TypedQueues:
         """Why `gpus` more of this type would take the job's queue, or one above it, over
         its limit of the type (or, for a non-preemptible job, over its quota of it): the
         words, or "" when they may."""
-        c = int(self.column[type_id])
+        c = self._column[type_id]
         if c < 0:
             return ""
         name, tree = self.names[c], self.state.tree
         for q in tree.ancestors[job.queue]:
-            held, limit = self.allocated[q][c], self.limit[q, c]
+            held, limit = self.allocated[q][c], self._limit[q][c]
             if limit != UNLIMITED and held + gpus > limit + EPS:
                 return (
                     f"queue {tree.names[q]} is at its {name} limit of {number(limit)} (holds {number(held)})"
                 )
-            quota = self.quota[q, c]
+            quota = self._quota[q][c]
             if (
                 not job.info.preemptible
                 and quota != UNLIMITED
@@ -222,6 +259,15 @@ class TypedQueues:
                     f"non-preemptible work (holds {number(self.nonpreemptible[q][c])})"
                 )
         return ""
+
+    def borrows(self, queue: int, type_id: int, gpus: float) -> bool:
+        """Whether `gpus` more of the type take the queue over its own quota of it (a type
+        it does not name: a quota of none), as whenCanBorrow reads it."""
+        c = int(self.column[type_id])
+        if c < 0:
+            return True
+        quota = self.quota[queue, c]
+        return bool(quota != UNLIMITED and self.allocated[queue][c] + gpus > quota + EPS)
 
     def over_share(self, queue: int, type_id: int, more: float = 0.0) -> bool:
         """Whether the queue holds (with `more`) over its fair share of the type."""
@@ -241,9 +287,10 @@ class TypedQueues:
         }
 
 
-def _gpu_only(column: FloatArray, rest: float = 0.0) -> FloatArray:
-    out = np.full((len(column), 3), rest)
-    out[:, 0] = column
+def _three(columns: FloatArray, rest: float = 0.0) -> FloatArray:
+    """Up to three columns as compute_fair_shares' three, the rest filled with `rest`."""
+    out = np.full((len(columns), 3), rest)
+    out[:, : columns.shape[1]] = columns
     return out
 
 

@@ -168,7 +168,7 @@ class Upkeep:
             self.engine.cluster_grows = autoscaler_runs()
             if not self.engine.cluster_grows:
                 return
-        bundles = autoscaler_request(autoscaler_bundles(self.engine.workloads.values()))
+        bundles = autoscaler_request(autoscaler_bundles(self.engine.workloads.values(), self.engine.nodes))
         if bundles == self._asked:
             return
         from ray.autoscaler.sdk import request_resources

@@ -140,14 +140,23 @@ class LiveRay:
                 time.sleep(0.5)
                 continue
             log.warning(
-                "live Ray of pod %s exited (%s): starting it again",
+                "live Ray of pod %s exited (%s): starting it again; it said:\n%s",
                 pod["metadata"]["name"],
                 mine.process.returncode,
+                self._said(pod),
             )
             _kill_all_in(mine.netns)
             with self._lock:
                 if self._pods.get(uid) is mine:
                     mine.process = self._ray(pod, mine.netns, mine.address, head)
+
+    def _said(self, pod: dict[str, Any], lines: int = 15) -> str:
+        """The last lines its `ray start` wrote (why it exited, for a test's log)."""
+        try:
+            said = (self.workdir / f"{pod['metadata']['name']}.log").read_text(errors="replace")
+        except OSError:
+            return "(no output)"
+        return "".join(said.splitlines(keepends=True)[-lines:])
 
     def stop(self, uid: str) -> None:
         with self._lock:
@@ -202,15 +211,19 @@ class LiveRay:
     ) -> subprocess.Popen[bytes]:
         cpus, gpus = _asks(pod)
         ray = str(_ray_program())
+        # A temp folder of the pod's own, as a pod has its own filesystem: by default a
+        # worker takes the head's, where Ray names a node's sockets by the first free name;
+        # two workers starting at once took the same one, and one never came up (its
+        # `ray start` gave up after 60 s).
         argv = [
             "ip", "netns", "exec", netns, ray, "start", "--block", "--disable-usage-stats",
             f"--node-ip-address={address}", f"--num-cpus={cpus}", f"--num-gpus={gpus}",
-            "--object-store-memory=100000000",
+            "--object-store-memory=100000000", f"--temp-dir={self.workdir / ('ray-' + netns)}",
         ]  # fmt: skip
         if head is None:
             argv += [
                 "--head", f"--port={GCS_PORT}", "--dashboard-host=0.0.0.0",
-                f"--dashboard-port={DASHBOARD_PORT}", f"--temp-dir={self.workdir / ('ray-' + netns)}",
+                f"--dashboard-port={DASHBOARD_PORT}",
             ]  # fmt: skip
         else:
             argv += [f"--address={head}:{GCS_PORT}"]

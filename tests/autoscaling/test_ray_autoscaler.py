@@ -1,6 +1,6 @@
 """kai-ray with Ray's real autoscaler (its fake multi-node provider starts local nodes):
 a gang that waits for room asks for nodes and runs; one held back by its queue asks for
-none.
+none; one that names a GPU type gets a node of that type.
 
 `AutoscalingCluster.start()` runs `ray stop --force`, which ends every Ray process on the
 machine, so this module must not share a session with another cluster: its directory
@@ -80,8 +80,15 @@ def autoscaling() -> Iterator[None]:
                 "resources": {"CPU": 2, "GPU": 4},
                 "node_config": {},
                 "min_workers": 0,
-                "max_workers": 2,
-            }
+                "max_workers": 3,  # room for one more than the 2 the gang asks for
+            },
+            # Ray's way of saying a node's GPU type (docs/gpu-types.md).
+            "a100-node": {
+                "resources": {"CPU": 2, "GPU": 4, "accelerator_type:A100": 1},
+                "node_config": {},
+                "min_workers": 0,
+                "max_workers": 1,
+            },
         },
     )
     cluster.start()
@@ -106,18 +113,29 @@ def _wait_for_autoscaler(timeout: float = 60.0) -> None:
         time.sleep(0.5)
 
 
-def gpu_nodes() -> int:
-    return sum(1 for n in ray.nodes() if n["Alive"] and n["Resources"].get("GPU"))
+def gpu_nodes(of_type: str | None = None) -> list[str]:
+    """Ids of the live GPU nodes (of an accelerator type; "": of none)."""
+    return [
+        n["NodeID"]
+        for n in ray.nodes()
+        if n["Alive"]
+        and n["Resources"].get("GPU")
+        and (of_type is None or _types(n["Resources"]) == ({of_type} if of_type else set()))
+    ]
+
+
+def _types(resources: dict[str, float]) -> set[str]:
+    return {k.split(":", 1)[1] for k in resources if k.startswith("accelerator_type:")}
 
 
 def test_a_gang_waiting_for_room_gets_nodes_and_one_held_by_its_queue_gets_none(autoscaling: None) -> None:
     sched = kai_ray.init(queues=QUEUES)
-    assert gpu_nodes() == 0
+    assert gpu_nodes() == []
     held = sched.submit(
         make_spec("capped", kind="block", workers=1, resources_per_worker={"GPU": 1, "CPU": 0.1})
     )
     time.sleep(15)  # several autoscaler updates (every second here)
-    assert gpu_nodes() == 0, "a workload held back by its queue's limit must not buy a node"
+    assert gpu_nodes("") == [], "a workload held back by its queue's limit must not buy a node"
     assert sched.info(held)["reason_code"] == "queue-limit"
 
     wid = sched.submit(
@@ -125,5 +143,29 @@ def test_a_gang_waiting_for_room_gets_nodes_and_one_held_by_its_queue_gets_none(
     )
     info = sched.wait(wid, ["Running"], timeout=240)
     assert info["state"] == "Running"
-    assert gpu_nodes() == 2
+    assert len(gpu_nodes("")) == 2  # the plain GPU node type: the gang asked for no type
     assert sched.info(held)["state"] == "Queued"  # still held: the new nodes were not for it
+
+
+def test_a_gang_that_names_a_gpu_type_gets_a_node_of_that_type(autoscaling: None) -> None:
+    """The autoscaler is asked for the type (accelerator_type:A100), so it starts the
+    A100 node type, not a third plain GPU node (it may start one more), and the gang
+    runs there."""
+    sched = kai_ray.init(queues=QUEUES)
+    assert gpu_nodes("A100") == []
+    plain = gpu_nodes("")
+    wid = sched.submit(
+        make_spec(
+            "open",
+            kind="block",
+            workers=1,
+            resources_per_worker={"GPU": 4, "CPU": 0.5},
+            accelerator_type="A100",
+        )
+    )
+    info = sched.wait(wid, ["Running"], timeout=240)
+    (a100,) = gpu_nodes("A100")
+    assert gpu_nodes("") == plain
+    assert [n[:12] for n in info["nodes"]] == [a100[:12]]
+    sched.cancel(wid)
+    sched.wait(wid, ["Cancelled"], timeout=60)

@@ -3,6 +3,8 @@ held back by its queue."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from kai_ray.control.demand import CAPACITY_CODES, HELD_CODES, autoscaler_bundles, wants_capacity
@@ -64,3 +66,27 @@ def test_the_request_is_withdrawn_once_nothing_waits_for_room() -> None:
     assert autoscaler_bundles(h.controller.workloads.values())
     h.controller.cancel("big")
     assert autoscaler_bundles(h.controller.workloads.values()) == []
+
+
+def test_gpu_types_ask_for_the_preferred_type_and_count_held_work_on_its_own() -> None:
+    """docs/gpu-types.md: a gang waiting for room asks for its most preferred type; what
+    runs is counted on the type of the node it holds."""
+    h = make(nodes=1)
+    h.cluster.node_list[0] = dataclasses.replace(h.cluster.node_list[0], gpu_type="H100")
+    h.submit("running", workers=1, resources_per_worker={"GPU": 4})
+    h.at(1).step().at(2).step()
+    h.submit("waiting", workers=2, resources_per_worker={"GPU": 2}, accelerator_type=["A100", "H100"])
+    h.submit("lacking", workers=1, resources_per_worker={"GPU": 1}, accelerator_type="L4")
+    h.at(3).step()
+    assert h.w("waiting").reason_code == "no-room"
+    assert h.w("lacking").reason_code == "gpu-type"  # a node of its type would let it start
+    bundles = autoscaler_bundles(h.controller.workloads.values(), h.controller.nodes)
+    assert sorted(bundles, key=str) == sorted(
+        [
+            {"GPU": 4.0, "accelerator_type:H100": 0.001},
+            {"GPU": 2.0, "accelerator_type:A100": 0.001},
+            {"GPU": 2.0, "accelerator_type:A100": 0.001},
+            {"GPU": 1.0, "accelerator_type:L4": 0.001},
+        ],
+        key=str,
+    )

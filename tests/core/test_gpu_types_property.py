@@ -6,6 +6,8 @@ the decisions alone, against the snapshot they were made on.
 - No eviction is made for a job that cannot use what it frees: a preempt or
   consolidation victim has a task on a type the job named in its reason accepts; a
   reclaim victim one on a type some waiting job of the reclaiming queue accepts.
+- A job whose queue says whenCanPreempt Preempt runs on its first type wherever,
+  accepting that type alone, it would run.
 - With one type in the cluster, every decision and reason is today's.
 """
 
@@ -14,14 +16,17 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from kai_ray.core import (
+    PREEMPT,
+    TRY_NEXT_TYPE,
     UNLIMITED,
     Bind,
     ClusterSnapshot,
     Evict,
+    GpuTypeFungibility,
     GpuTypeShare,
     JobInfo,
     NodeInfo,
@@ -62,6 +67,12 @@ TYPED_QUEUES = [
     (GpuTypeShare("H100", UNLIMITED, 6.0, 2.0),),
 ]
 ACCEPTED = [(), (), ("H100",), ("A100",), ("A100", "H100"), ("L4", "A100")]
+FUNGIBILITY = [
+    None,
+    GpuTypeFungibility(when_can_preempt=PREEMPT),
+    GpuTypeFungibility(when_can_borrow=TRY_NEXT_TYPE),
+    GpuTypeFungibility(TRY_NEXT_TYPE, PREEMPT),
+]
 
 
 @st.composite
@@ -79,6 +90,7 @@ def contended(draw: st.DrawFn) -> ClusterSnapshot:
             "root",
             quota=(float(draw(st.integers(0, 6))), UNLIMITED, UNLIMITED),
             gpu_types=draw(st.sampled_from(TYPED_QUEUES)),
+            gpu_type_fungibility=draw(st.sampled_from(FUNGIBILITY)),
         )
         for q in ("a", "b")
     ]
@@ -212,3 +224,49 @@ def test_no_queue_goes_over_its_limit_of_a_type(snap: ClusterSnapshot) -> None:
                     if t.name in placed and nodes[placed[t.name]].gpu_type == share.gpu_type:
                         after += t.request.gpu
             assert after <= max(share.limit, before) + 1e-9, (queue.name, share, before, after)
+
+
+@st.composite
+def one_waiting_held_job(draw: st.DrawFn) -> tuple[ClusterSnapshot, JobInfo, str]:
+    """A contended cluster whose one waiting job names two types, the first of which the
+    cluster has, in queues that say whenCanPreempt Preempt; and that first type."""
+    snap = draw(contended())
+    running = [j for j in snap.jobs if all(t.status is TaskStatus.RUNNING for t in j.tasks)]
+    waiting = [j for j in snap.jobs if all(t.status is TaskStatus.PENDING for t in j.tasks)]
+    assume(waiting)
+    types = draw(st.sampled_from(TWO_TYPES))
+    job = replace(draw(st.sampled_from(waiting)), gpu_types=types, mixed_gpu_types=False)
+    present = {n.gpu_type for n in snap.nodes}
+    first = next((t for t in types if t in present), None)
+    assume(first is not None)
+    held = GpuTypeFungibility(when_can_preempt=PREEMPT)
+    queues = [replace(q, gpu_type_fungibility=held) for q in snap.queues]
+    return ClusterSnapshot(snap.nodes, queues, [*running, job]), job, first
+
+
+TWO_TYPES = [("A100", "H100"), ("H100", "A100"), ("L4", "A100")]
+
+
+@SETTINGS
+@given(one_waiting_held_job())
+def test_held_to_its_first_type_takes_a_later_one_only_when_the_first_cannot_hold_it(
+    drawn: tuple[ClusterSnapshot, JobInfo, str],
+) -> None:
+    """whenCanPreempt Preempt, against the same job accepting its first type alone: where
+    that job would run (evictions included), it runs on its first type."""
+    snap, job, first = drawn
+    nodes = {n.name: n for n in snap.nodes}
+    mine = {t.name for t in job.tasks}
+
+    def placed_on(jobs: list[JobInfo]) -> set[str]:
+        result = run_cycle(ClusterSnapshot(snap.nodes, snap.queues, jobs), SchedulerConfig(), 0.0)
+        placed = [d for d in result.decisions if isinstance(d, Bind | Pipeline) and d.task in mine]
+        return {nodes[d.node].gpu_type for d in placed}
+
+    held = placed_on(snap.jobs)
+    alone = placed_on([*snap.jobs[:-1], replace(job, gpu_types=(first,))])
+    # Every task asks for GPUs (contended): each lands on a type its job accepts. Not the
+    # converse: once its later types are open, a type no queue names among them has its
+    # reclaim judged by the plain totals (rule 12), which may then take the first type.
+    if alone:
+        assert first in held, (job.gpu_types, held, alone)

@@ -10,7 +10,24 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kai_ray.core import GpuTypeShare, NodeInfo, SchedulerConfig
+from kai_ray.core import (
+    PREEMPT,
+    TRY_NEXT_TYPE,
+    UNLIMITED,
+    ClusterSnapshot,
+    CycleCache,
+    GpuTypeFungibility,
+    GpuTypeShare,
+    JobInfo,
+    NodeInfo,
+    Pipeline,
+    QueueInfo,
+    Request,
+    SchedulerConfig,
+    TaskInfo,
+    TaskStatus,
+    run_cycle,
+)
 
 from .test_incremental import World, ops, run_both_ways, worlds
 
@@ -23,12 +40,23 @@ SHARES = {
 }
 
 
+# How each queue's work picks a type (docs/gpu-types.md, "Fungibility"): held to its
+# first type (a, and its children through dept), a type within quota first (c).
+MODES = {
+    "dept": GpuTypeFungibility(when_can_preempt=PREEMPT),
+    "c": GpuTypeFungibility(when_can_borrow=TRY_NEXT_TYPE),
+}
+
+
 class TypedWorld(World):
     """Nodes of two types, queues naming them, each job accepting a type, two or any."""
 
     def __init__(self, nodes: list[NodeInfo], config: SchedulerConfig) -> None:
         super().__init__([_typed(n) for n in nodes], config)
-        self.queues = [dataclasses.replace(q, gpu_types=SHARES.get(q.name, ())) for q in self.queues]
+        self.queues = [
+            dataclasses.replace(q, gpu_types=SHARES.get(q.name, ()), gpu_type_fungibility=MODES.get(q.name))
+            for q in self.queues
+        ]
 
     def apply(self, op: tuple[Any, ...]) -> None:
         before = len(self.nodes)
@@ -49,3 +77,34 @@ def test_the_incremental_cycle_decides_as_the_full_rebuild_with_gpu_types(
     steps: list[tuple[list[tuple[Any, ...]], bool]],
 ) -> None:
     run_both_ways(world_spec, steps, TypedWorld)
+
+
+def test_a_job_new_to_the_cache_is_held_to_its_first_type() -> None:
+    """whenCanPreempt Preempt for a job the cache patches in (not built with the rest):
+    it preempts on its first type rather than take the free room of its second."""
+    nodes = [
+        NodeInfo("h0", gpus=8, cpu=64.0, gpu_type="H100"),
+        NodeInfo("a0", gpus=8, cpu=64.0, gpu_type="A100"),
+    ]
+    queues = [QueueInfo("team", quota=(16.0, UNLIMITED, UNLIMITED), gpu_type_fungibility=MODES["dept"])]
+    low = JobInfo(
+        "low",
+        "team",
+        [TaskInfo("low-0", TaskStatus.RUNNING, Request(gpu=8.0, cpu=1.0), "h0")],
+        priority=50,
+        preemptible=True,
+        gpu_types=("H100",),
+    )
+    j = JobInfo(
+        "j",
+        "team",
+        [TaskInfo("j-0", TaskStatus.PENDING, Request(gpu=4.0, cpu=1.0))],
+        priority=100,
+        gpu_types=("H100", "A100"),
+    )
+    cache = CycleCache()
+    run_cycle(ClusterSnapshot(nodes, queues, [low]), SchedulerConfig(), 0.0, cache=cache)
+    kept = run_cycle(ClusterSnapshot(nodes, queues, [low, j]), SchedulerConfig(), 1.0, cache=cache)
+    full = run_cycle(ClusterSnapshot(nodes, queues, [low, j]), SchedulerConfig(), 1.0)
+    assert kept.decisions == full.decisions
+    assert Pipeline("j", "j-0", "h0") in kept.decisions

@@ -1,6 +1,7 @@
 """GPU types on the dashboard, in headless Chromium against the real server and a real
 controller on in-memory ports: each queue's figures per type it names (the API's rows
-and the Queues page) and each node's type (the API and the Nodes page)."""
+and the Queues page), each node's type (the API and the Nodes page), and the types a
+workload accepts (the API and the Workloads page's detail panel)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from kai_ray.dashboard import ServerThread
 
 from ..browser import browser, open_page  # noqa: F401
 from ..control.harness import Harness
-from .served import api, served
+from .served import api, served, show_detail
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -50,6 +51,7 @@ def test_the_api_gives_the_figures_per_type_and_each_nodes_type(server: ServerTh
     rows = {w["id"]: w for w in api(server.url + "api/v1/workloads")["items"]}
     assert rows["more"]["reason_code"] == "queue-limit"
     assert rows["more"]["reason"].startswith("queue a is at its H100 limit of 4 (holds 4)")
+    assert rows["more"]["gpu_types"] == ["H100"]  # the types it accepts
 
 
 def test_the_pages_show_the_types(server: ServerThread, browser: Any) -> None:  # noqa: F811
@@ -60,4 +62,7 @@ def test_the_pages_show_the_types(server: ServerThread, browser: Any) -> None:  
     open_page(page, server.url, "nodes")
     assert "H100" in page.inner_text(".node[data-gpu-type='H100'] .nm")
     assert "A100" in page.inner_text(".node[data-gpu-type='A100'] .nm")
+    open_page(page, server.url, "workloads")
+    show_detail(page, "more")
+    assert "GPU types\nH100 (in this order)" in page.inner_text("#detail dl")
     page.close()

@@ -82,3 +82,33 @@ def test_a_queues_limit_of_one_product_keeps_a_gang_waiting_with_its_reason(k8s:
     assert "queue team is at its H100 limit of 4 (holds 4)" in message, message
     assert "this job accepts H100 only; 8 A100 GPUs are free" in message, message
     assert bound(k8s.cluster_pods("more")) == []
+
+
+def test_a_queues_fungibility_sends_a_gang_to_the_product_within_its_quota(k8s: K8sEnv) -> None:
+    """whenCanBorrow TryNextType on a kai-ray.io/v2 Queue: the API server keeps the key
+    (the CRD's schema has it) and a gang that prefers H100 takes A100s, within the
+    queue's A100 quota, rather than H100s over its H100 quota of none."""
+    k8s.node("h100", gpus=8, labels={PRODUCT: "H100"})
+    k8s.node("a100", gpus=8, labels={PRODUCT: "A100"})
+    fungibility = {"whenCanBorrow": "TryNextType"}
+    k8s.create(
+        "/apis/kai-ray.io/v2/queues",
+        {
+            "apiVersion": "kai-ray.io/v2",
+            "kind": "Queue",
+            "metadata": {"name": "team"},
+            "spec": {
+                "resources": {"gpu": {"quota": 16}, "gpuTypes": {"A100": {"quota": 4}}},
+                "gpuTypeFungibility": fungibility,
+            },
+        },
+    )
+    assert k8s.get("/apis/kai-ray.io/v2/queues/team")["spec"]["gpuTypeFungibility"] == fungibility
+    k8s.start_fakes()
+    k8s.start_operator()
+    gang = raycluster("g", group("gpu", replicas=4, gpus=1), queue="team")
+    k8s.create(RC, requiring(gang, "H100", "A100", key=PRODUCT))
+    pods = k8s.wait_for(
+        "g running", lambda: len(running(k8s.cluster_pods("g"))) == 5 and k8s.cluster_pods("g")
+    )
+    assert {p["spec"]["nodeName"] for p in workers(pods)} == {"a100"}

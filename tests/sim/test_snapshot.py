@@ -216,13 +216,21 @@ def test_sim_tells_a_placement_taken_back_in_its_cycle(
 
 
 def test_gpu_types_round_trip_through_a_snapshot() -> None:
-    """Typed nodes, a queue's per-type figures and a job's accepted types come back
-    as they were written (docs/gpu-types.md)."""
-    from kai_ray.core import GpuTypeShare
+    """Typed nodes, a queue's per-type figures and fungibility, and a job's accepted
+    types come back as they were written (docs/gpu-types.md)."""
+    from kai_ray.core import GpuTypeFungibility, GpuTypeShare
 
     snap = ClusterSnapshot(
         [NodeInfo("h0", gpus=8, gpu_type="H100"), NodeInfo("a0", gpus=8, gpu_type="A100")],
-        [QueueInfo("a", quota=(8, 0, 0), gpu_types=(GpuTypeShare("H100", 4.0, 8.0, 2.0),))],
+        [
+            QueueInfo(
+                "a",
+                quota=(8, 0, 0),
+                gpu_types=(GpuTypeShare("H100", 4.0, 8.0, 2.0),),
+                gpu_type_fungibility=GpuTypeFungibility("TryNextType", "Preempt"),
+            ),
+            QueueInfo("b"),
+        ],
         [
             JobInfo(
                 "j",
@@ -235,6 +243,10 @@ def test_gpu_types_round_trip_through_a_snapshot() -> None:
     )
     doc = json.loads(json.dumps(write_snapshot(snap, SchedulerConfig(), 0.0, "test")))
     assert read_snapshot(doc).snapshot == snap
+    doc["queues"][0]["gpu_type_fungibility"]["when_can_prempt"] = "Preempt"
+    with pytest.raises(SnapshotFormatError, match=r"queues\[0\]\.gpu_type_fungibility\.when_can_prempt"):
+        read_snapshot(doc)
+    del doc["queues"][0]["gpu_type_fungibility"]["when_can_prempt"]
     doc["jobs"][0]["gpu_types"] = "H100"
     with pytest.raises(SnapshotFormatError, match=r"jobs\[0\]\.gpu_types: must be a list"):
         read_snapshot(doc)

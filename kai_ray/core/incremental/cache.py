@@ -69,7 +69,7 @@ from kai_ray.core.leafsums import LeafSums
 from kai_ray.core.model import ClusterSnapshot, JobInfo, NodeInfo, QueueInfo, SchedulerConfig, TaskStatus
 from kai_ray.core.placement import Placer
 from kai_ray.core.policy import Policy
-from kai_ray.core.queues import build_queue_tree
+from kai_ray.core.queues import build_queue_tree, first_type_only
 from kai_ray.core.statement import Statement
 
 __all__ = ["CycleCache"]
@@ -432,6 +432,7 @@ def _make_job(info: JobInfo, state: ClusterState, requests: RequestCache) -> Job
     """A Job with its tasks as the full build makes them, nothing charged yet."""
     nodes = state.nodes
     job = Job(info=info, queue=state.tree.index[info.queue], order=0)
+    job.first_type_only = first_type_only(state.tree, job.queue, info)
     if info.node_selector:
         job.selector = tuple(sorted(info.node_selector.items()))
     constrain(job)

@@ -9,8 +9,9 @@ it when those grounds are unchanged at its own start:
 - the free room: every node's idle and releasing room and its shared devices, equal;
 - the candidates: no running job that may be a victim came, changed or left since
   (`victims_changed`, called by the cycle cache as it patches jobs), and no earlier
-  action of this cycle evicted anything; for a search no candidate passed the filter
-  of, only the candidates that came matter, and only if the filter takes them;
+  action of either cycle evicted or placed anything (a placement makes a candidate);
+  for a search no candidate passed the filter of, only the candidates that came
+  matter, and only if the filter takes them;
 - the standings: every queue's allocated figures and fair shares, equal; or, for a
   search that found no room even with every candidate it could take gone (decided as it
   began, VictimPool.may_fit), or that read no standings while it tried victims (preempt),
@@ -58,6 +59,7 @@ class World:
     devices: tuple[tuple[int, tuple[tuple[int, float, float], ...]], ...]
     candidates: int  # the candidates' epoch
     evictions: int  # evictions standing when the action began
+    placements: int  # placements of waiting tasks standing then: each a new candidate
     standings: tuple[object, ...]
 
     def same_room(self, other: World) -> bool:
@@ -115,6 +117,7 @@ class SearchOutcomes:
             devices,
             self.epoch,
             ctx.stmt.evictions,
+            ctx.stmt.placements,
             standings,
         )
 
@@ -134,7 +137,13 @@ class SearchOutcomes:
         then = kept.world
         room = then.same_room(now)
         standings = then.standings == now.standings
-        victims = then.candidates == now.candidates and then.evictions == 0 and now.evictions == 0
+        # Work placed earlier in the cycle is a candidate too (a consolidation may move it):
+        # the candidates are the same only where neither cycle had placed any yet.
+        victims = (
+            then.candidates == now.candidates
+            and then.evictions == now.evictions == 0
+            and then.placements == now.placements == 0
+        )
         came = [job for epoch, job in self._came if epoch > then.candidates]
         seeded = 0
         for key, (reason, grounds) in kept.failures.items():
@@ -152,7 +161,8 @@ class SearchOutcomes:
             elif grounds == Grounds.NONE_ALLOWED:  # whatever came or left, none is allowed now
                 holds = room and verdicts is not None and not _any_allowed(verdicts(job))
             elif grounds == Grounds.NO_VICTIMS:
-                holds = room and (takes_from is None or not any(takes_from(job, v) for v in came))
+                placed = then.placements or now.placements  # placed work: new candidates
+                holds = room and not placed and not _takes_any(takes_from, job, came)
             else:
                 holds = room and victims and standings
             if holds:
@@ -178,6 +188,10 @@ class SearchOutcomes:
         oldest = min((k.world.candidates for k in self._kept.values()), default=self.epoch)
         if self._came and self._came[0][0] <= oldest:
             self._came = [(e, j) for e, j in self._came if e > oldest]
+
+
+def _takes_any(takes_from: TakesFrom | None, job: Job, came: list[Job]) -> bool:
+    return takes_from is not None and any(takes_from(job, v) for v in came)
 
 
 def _any_allowed(verdicts: tuple[object, ...]) -> bool:

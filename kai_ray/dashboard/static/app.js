@@ -206,6 +206,7 @@
       <dt>queue</dt><dd>${esc(w.queue)}</dd><dt>priority</dt><dd>${w.priority} (${esc(w.priority_class)}${w.preemptible ? ", preemptible" : ""})</dd>
       <dt>in line</dt><dd>${w.position !== null ? `${w.position} of ${w.queue_length}` : "–"}</dd>
       <dt>workers</dt><dd>${w.workers} (gang ${w.min_workers}, at most ${w.max_workers}; ${num(w.gpus_per_worker)} GPU each)</dd>
+      <dt>GPU types</dt><dd>${w.gpu_types.length ? esc(w.gpu_types.join(", ")) + " (in this order)" : "any"}</dd>
       <dt>why</dt><dd>${esc(w.reason)}</dd><dt>preempted</dt><dd>${w.preemptions} time${w.preemptions === 1 ? "" : "s"}</dd>
       </dl>${etaLine(w)}<h4>History</h4><table id="history"><tbody>${rows}</tbody></table>`;
     panel.hidden = false;
