@@ -58,6 +58,7 @@ class Placer:
         # first_type_only); `later_types` once the cycle's last step may give them the
         # free room of the others (cycle.take_later_types).
         self.later_types = False
+        self._borrow_modes: tuple[object, tuple[bool, ...]] = (None, ())
 
     @property
     def buckets(self) -> GpuBuckets:
@@ -169,12 +170,19 @@ class Placer:
         """The types in the order the job's queue has it take them (docs/gpu-types.md,
         "Fungibility"): with whenCanBorrow TryNextType, first those in which its queue
         stays within its quota."""
-        if len(order) < 2:
-            return order
         typed = self.state.usage.typed
-        if typed is not None and self.state.tree.type_fungibility[job.queue].when_can_borrow == TRY_NEXT_TYPE:
-            return sorted(order, key=lambda t: typed.borrows(job.queue, t, gpus))  # stable
-        return order
+        if len(order) < 2 or typed is None or not self._tries_next_type_first(job.queue):
+            return order
+        return sorted(order, key=lambda t: typed.borrows(job.queue, t, gpus))  # stable
+
+    def _tries_next_type_first(self, queue: int) -> bool:
+        """whenCanBorrow TryNextType for the queue (per queue, worked out once per tree)."""
+        tree = self.state.tree
+        if self._borrow_modes[0] is not tree:
+            modes = tuple(f.when_can_borrow == TRY_NEXT_TYPE for f in tree.type_fungibility)
+            self._borrow_modes = (tree, modes if any(modes) else ())
+        modes = self._borrow_modes[1]
+        return bool(modes) and modes[queue]
 
     def _of_type(self, job: Job, mask: BoolArray, t: int) -> BoolArray:
         """`mask` narrowed to one GPU type. For a job with no selector or affinity, its
