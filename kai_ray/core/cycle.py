@@ -17,7 +17,6 @@ from kai_ray.core.fairshare import FairShares, compute_fair_shares
 from kai_ray.core.incremental import CycleCache
 from kai_ray.core.incremental.gangs import KeptGangs
 from kai_ray.core.model import (
-    PREEMPT,
     Bind,
     ClusterSnapshot,
     CycleResult,
@@ -32,7 +31,7 @@ from kai_ray.core.model import (
 )
 from kai_ray.core.placement import Placer
 from kai_ray.core.policy import DEFAULT_POLICY, Policy
-from kai_ray.core.queues import build_queue_tree
+from kai_ray.core.queues import build_queue_tree, fungibility_modes
 from kai_ray.core.statement import Statement
 from kai_ray.core.typedqueues import typed_queues
 
@@ -163,11 +162,9 @@ def take_later_types(ctx: CycleContext) -> None:
     later types as Kueue tries the next flavor: their free room first, then the actions
     that evict again, for these jobs alone. A cycle cache's lines and failures are of the
     first pass: not read here."""
-    if not any(f.when_can_preempt == PREEMPT for f in ctx.state.tree.type_fungibility):
+    if not fungibility_modes(ctx.state.tree)[1]:
         return
-    held = [
-        j for j in ctx.state.maybe_pending() if j.first_type_only and j.pending_count and not j.is_whole()
-    ]
+    held = [j for j in ctx.state.maybe_pending() if j.first_type_only and _waits(j)]
     if not held or not ctx.placer.gpu_types.several:
         return
     kept, line = ctx.kept, ctx.line

@@ -11,9 +11,10 @@ import numpy as np
 from kai_ray.core.cluster import EPS, BoolArray, ClusterState, FloatArray, Job, Task
 from kai_ray.core.gpushare import device_shares
 from kai_ray.core.gputypes import GpuTypes, gpus_of
-from kai_ray.core.model import TRY_NEXT_TYPE, NodeAffinity, SchedulerConfig, TaskStatus, TopologyConstraint
+from kai_ray.core.model import NodeAffinity, SchedulerConfig, TaskStatus, TopologyConstraint
 from kai_ray.core.nodeindex import GpuBuckets
 from kai_ray.core.nodesets import Domains, affinity_mask, domain_ids, selector_mask
+from kai_ray.core.queues import fungibility_modes
 from kai_ray.core.statement import Statement
 
 __all__ = ["Placer", "Spot"]
@@ -58,7 +59,6 @@ class Placer:
         # first_type_only); `later_types` once the cycle's last step may give them the
         # free room of the others (cycle.take_later_types).
         self.later_types = False
-        self._borrow_modes: tuple[object, tuple[bool, ...]] = (None, ())
 
     @property
     def buckets(self) -> GpuBuckets:
@@ -170,19 +170,10 @@ class Placer:
         """The types in the order the job's queue has it take them (docs/gpu-types.md,
         "Fungibility"): with whenCanBorrow TryNextType, first those in which its queue
         stays within its quota."""
-        typed = self.state.usage.typed
-        if len(order) < 2 or typed is None or not self._tries_next_type_first(job.queue):
+        typed, borrow = self.state.usage.typed, fungibility_modes(self.state.tree)[0]
+        if len(order) < 2 or typed is None or not borrow or not borrow[job.queue]:
             return order
         return sorted(order, key=lambda t: typed.borrows(job.queue, t, gpus))  # stable
-
-    def _tries_next_type_first(self, queue: int) -> bool:
-        """whenCanBorrow TryNextType for the queue (per queue, worked out once per tree)."""
-        tree = self.state.tree
-        if self._borrow_modes[0] is not tree:
-            modes = tuple(f.when_can_borrow == TRY_NEXT_TYPE for f in tree.type_fungibility)
-            self._borrow_modes = (tree, modes if any(modes) else ())
-        modes = self._borrow_modes[1]
-        return bool(modes) and modes[queue]
 
     def _of_type(self, job: Job, mask: BoolArray, t: int) -> BoolArray:
         """`mask` narrowed to one GPU type. For a job with no selector or affinity, its

@@ -24,6 +24,7 @@ __all__ = [
     "QueueTreeError",
     "build_queue_tree",
     "first_type_only",
+    "fungibility_modes",
     "leaf_queue_problem",
     "listing",
     "resource_problem",
@@ -141,9 +142,6 @@ def build_queue_tree(queues: Sequence[QueueInfo]) -> QueueTree:
 
 
 def _inherited_fungibility(path: tuple[int, ...], queues: Sequence[QueueInfo]) -> GpuTypeFungibility:
-    own = queues[path[0]].gpu_type_fungibility
-    if own is not None:
-        _check_fungibility(queues[path[0]].name, own)
     for q in path:
         own = queues[q].gpu_type_fungibility
         if own is not None:
@@ -164,6 +162,17 @@ def _check_fungibility(queue: str, f: GpuTypeFungibility) -> None:
                 f"queue {queue!r}: gpuTypeFungibility.{field_name} = {value!r}; use {' or '.join(allowed)}",
                 queue,
             )
+
+
+def fungibility_modes(tree: QueueTree) -> tuple[tuple[bool, ...], bool]:
+    """Per queue whether it says whenCanBorrow TryNextType (() where none does), and
+    whether any says whenCanPreempt Preempt: worked out once per tree."""
+    modes = tree.derived.get("fungibility")
+    if modes is None:
+        borrow = tuple(f.when_can_borrow == TRY_NEXT_TYPE for f in tree.type_fungibility)
+        held = any(f.when_can_preempt == PREEMPT for f in tree.type_fungibility)
+        modes = tree.derived["fungibility"] = (borrow if any(borrow) else (), held)
+    return modes  # type: ignore[return-value]
 
 
 def first_type_only(tree: QueueTree, queue: int, info: JobInfo) -> bool:
@@ -210,6 +219,8 @@ def _check_resources(queues: Sequence[QueueInfo]) -> None:
             problem = resource_problem(name, q.quota[r], q.limit[r], q.over_quota_weight[r])
             if problem is not None:
                 raise QueueTreeError(f"queue {q.name!r}: {problem}", q.name)
+        if q.gpu_type_fungibility is not None:
+            _check_fungibility(q.name, q.gpu_type_fungibility)
 
 
 def _plain(_resource: str, value: float) -> str:

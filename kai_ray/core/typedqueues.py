@@ -263,11 +263,11 @@ class TypedQueues:
     def borrows(self, queue: int, type_id: int, gpus: float) -> bool:
         """Whether `gpus` more of the type take the queue over its own quota of it (a type
         it does not name: a quota of none), as whenCanBorrow reads it."""
-        c = int(self.column[type_id])
+        c = self._column[type_id]
         if c < 0:
             return True
-        quota = self.quota[queue, c]
-        return bool(quota != UNLIMITED and self.allocated[queue][c] + gpus > quota + EPS)
+        quota = self._quota[queue][c]
+        return quota != UNLIMITED and self.allocated[queue][c] + gpus > quota + EPS
 
     def over_share(self, queue: int, type_id: int, more: float = 0.0) -> bool:
         """Whether the queue holds (with `more`) over its fair share of the type."""

@@ -209,8 +209,10 @@ class K8sEnv:
         priority: int = 100,
         weight: float = 1,
         api: str = "kai-ray.io/v2",
+        gpu_types: dict[str, Any] | None = None,
         **spec: Any,
     ) -> None:
+        """A Queue; `gpu_types`: its resources.gpuTypes (kai-ray's extension)."""
         body: dict[str, Any] = {
             "apiVersion": api,
             "kind": "Queue",
@@ -221,6 +223,7 @@ class K8sEnv:
                     "gpu": {"quota": gpu, "limit": gpu_limit, "overQuotaWeight": weight},
                     "cpu": {"quota": -1},
                     "memory": {"quota": -1},
+                    **({"gpuTypes": gpu_types} if gpu_types else {}),
                 },
                 **({"parentQueue": parent} if parent else {}),
                 **spec,

@@ -51,22 +51,7 @@ def test_workers_go_to_the_product_they_select_and_a_gang_to_one_product(k8s: K8
 def test_a_queues_limit_of_one_product_keeps_a_gang_waiting_with_its_reason(k8s: K8sEnv) -> None:
     k8s.node("h100", gpus=8, labels={PRODUCT: "H100"})
     k8s.node("a100", gpus=8, labels={PRODUCT: "A100"})
-    k8s.create(
-        "/apis/kai-ray.io/v2/queues",
-        {
-            "apiVersion": "kai-ray.io/v2",
-            "kind": "Queue",
-            "metadata": {"name": "team"},
-            "spec": {
-                "resources": {
-                    "gpu": {"quota": 16, "limit": -1, "overQuotaWeight": 1},
-                    "cpu": {"quota": -1},
-                    "memory": {"quota": -1},
-                    "gpuTypes": {"H100": {"quota": 4, "limit": 4}},
-                }
-            },
-        },
-    )
+    k8s.queue("team", gpu=16, gpu_types={"H100": {"quota": 4, "limit": 4}})
     k8s.start_fakes()
     k8s.start_operator()
     k8s.create(RC, selecting(raycluster("first", group("gpu", replicas=4, gpus=1), queue="team"), "H100"))
@@ -91,18 +76,7 @@ def test_a_queues_fungibility_sends_a_gang_to_the_product_within_its_quota(k8s: 
     k8s.node("h100", gpus=8, labels={PRODUCT: "H100"})
     k8s.node("a100", gpus=8, labels={PRODUCT: "A100"})
     fungibility = {"whenCanBorrow": "TryNextType"}
-    k8s.create(
-        "/apis/kai-ray.io/v2/queues",
-        {
-            "apiVersion": "kai-ray.io/v2",
-            "kind": "Queue",
-            "metadata": {"name": "team"},
-            "spec": {
-                "resources": {"gpu": {"quota": 16}, "gpuTypes": {"A100": {"quota": 4}}},
-                "gpuTypeFungibility": fungibility,
-            },
-        },
-    )
+    k8s.queue("team", gpu=16, gpu_types={"A100": {"quota": 4}}, gpuTypeFungibility=fungibility)
     assert k8s.get("/apis/kai-ray.io/v2/queues/team")["spec"]["gpuTypeFungibility"] == fungibility
     k8s.start_fakes()
     k8s.start_operator()
