@@ -191,6 +191,11 @@ class Task:
     # Placed this cycle, then taken as a victim (Statement.evict): it never started, so
     # no eviction is carried out (a TakeBack decision), and placed again it is only placed.
     taken_back: bool = False
+    # Placed this cycle on room a reservation held (the gang's own, or lent to backfill or
+    # to work of a higher priority): the cycle's evicting actions leave it where it is,
+    # since taking it would give held room to work the reservation refused
+    # (reservations.py, "kept from the cycle's evictions").
+    on_reservation: bool = False
     amount: FloatArray | None = None  # queue amount, when it does not depend on the node
 
     @property
@@ -201,12 +206,12 @@ class Task:
     def takeable(self) -> bool:
         """May be taken as a victim: running, or placed this cycle (KAI's victims are its
         active allocated tasks: a session's new placements, and the running tasks it
-        moved, included)."""
+        moved, included), unless on a reservation's room (on_reservation)."""
         status = self.status
         if status is TaskStatus.RUNNING:
             return self.node >= 0
         placed = status is TaskStatus.BINDING or status is TaskStatus.PIPELINED
-        return placed and bool(self.placed_by)
+        return placed and bool(self.placed_by) and not self.on_reservation
 
     def fraction_on(self, nodes: Nodes, node: int) -> float:
         """Its share of one device on that node (gpushare.py)."""

@@ -133,7 +133,7 @@ class CycleContext:
             amount = self.amount(tasks).tolist()
             typed = self.state.usage.typed
             if typed is not None:  # the type its GPUs count on (policy's typed rank)
-                amount.append(typed.rank_column(job))
+                amount.append(typed.rank_column(job, self.placer.first_type(job)))
             self._next_amount[id(job)] = amount
         return amount
 

@@ -169,6 +169,8 @@ def take_later_types(ctx: CycleContext) -> None:
         return
     kept, line = ctx.kept, ctx.line
     ctx.placer.later_types, ctx.kept, ctx.line = True, None, None
+    for job in held:  # what they ask of their queue's rank was read on their first type
+        ctx.forget(job)
     try:
         allocate_gangs(ctx, held)
         ctx.stmt.commit()
@@ -178,6 +180,8 @@ def take_later_types(ctx: CycleContext) -> None:
                 run_action(ctx, name)
     finally:
         ctx.placer.later_types, ctx.kept, ctx.line, ctx.only = False, kept, line, None
+        for job in held:
+            ctx.forget(job)
 
 
 def _waits(job: Job) -> bool:

@@ -64,6 +64,8 @@ class Unit:
         """Every task may be taken (Task.takeable, inlined: asked of many units per search)."""
         for t in self.tasks:
             s = t.status
-            if s is not _RUNNING and not ((s is _BINDING or s is _PIPELINED) and t.placed_by):
+            if s is not _RUNNING and not (
+                (s is _BINDING or s is _PIPELINED) and t.placed_by and not t.on_reservation
+            ):
                 return False
         return True

@@ -113,12 +113,12 @@ class Placer:
             held = types.held_by(job)
             if held is not None:
                 return types.of(held)
-            first = self._first_type(job)
+            first = self.first_type(job)
             if first is not None:
                 return types.of(first)
         return types.accepting(job.info.gpu_types) if job.info.gpu_types else None
 
-    def _first_type(self, job: Job) -> int | None:
+    def first_type(self, job: Job) -> int | None:
         """The one type a job held to its first type may take now (None: not held): the
         first it accepts that the cluster has. Kept to it, allocate finds no free room of
         a later type, and the actions that evict take victims on it alone."""
@@ -161,7 +161,7 @@ class Placer:
         placing it, for saying why it waits, and for judging a reclaim on types."""
         types = self.gpu_types
         if job.first_type_only and types.held_by(job) is None:
-            first = self._first_type(job)
+            first = self.first_type(job)
             if first is not None:
                 return [first]
         return types.candidates(job, self.base_mask(job) if mask is None else mask)

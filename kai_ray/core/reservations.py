@@ -23,8 +23,10 @@ at most SchedulerConfig.max_reservations, each get a reservation:
 
 Nothing is kept between cycles: reservations are made afresh from the snapshot and the
 clock. The holds last the cycle: the actions that evict (reclaim, preempt,
-consolidation) see the held room as taken and may still evict the work that runs on
-reserved nodes (docs/semantics.md, "Reservations and backfill").
+consolidation) see the held room as taken and may still evict the work that ran on
+reserved nodes before the cycle, but not what allocate placed on held room in it (the
+gang, higher-priority work, backfill): taking that would give the held room to work the
+reservation refused (docs/semantics.md, "Reservations and backfill").
 """
 
 from __future__ import annotations
@@ -75,6 +77,7 @@ class Reservations:
         self.ctx = ctx
         self.active: list[Reservation] = []
         self.lifted: tuple[int, ...] = ()  # the reservations the job being placed may backfill
+        self._placing: list[Task] = []  # its tasks that waited before it was given held room
         self._ends = _Ends()
         self._no_start: set[tuple[object, ...]] = set()  # gangs no end lets start, by search key
         self._reserved = np.zeros(len(ctx.state.nodes), dtype=bool)
@@ -266,6 +269,7 @@ class Reservations:
         self.lifted = ()
         if not self.active:
             return []
+        self._placing = [t for t in job.tasks if t.status is TaskStatus.PENDING]
         end = self.end_of(job)
         end = math.inf if end is None else end
         nodes = self.ctx.state.nodes
@@ -280,13 +284,31 @@ class Reservations:
         return lifted
 
     def restore(self, lifted: list[tuple[Reservation, dict[int, FloatArray]]]) -> None:
-        """Hold again what backfill left of each lifted reservation's room."""
+        """Hold again what backfill left of each lifted reservation's room; what the job
+        placed on that room is kept from the cycle's evictions (keep_placed)."""
         nodes = self.ctx.state.nodes
+        used_on: set[int] = set()
         for r, before in lifted:
             for node, (idle, releasing) in r.held.items():
                 used = np.maximum(before[node] - (nodes.idle[node] + nodes.releasing[node]), 0.0)
+                if (used > EPS).any():
+                    used_on.add(node)
                 r.held[node] = self._hold(node, np.maximum(idle + releasing - used, 0.0))
         self.lifted = ()
+        self._keep_placed(used_on)
+
+    def _keep_placed(self, nodes: set[int]) -> None:
+        """The job's tasks just placed on held room, kept from this cycle's evictions
+        (Task.on_reservation). The reservation chose, before the line, who may use that
+        room this cycle: the gang, work of a higher priority and backfill. Reclaim,
+        preempt or consolidation taking such a task would hand the room to work it
+        refused (in the sim, reclaim took the gang itself as it started on its
+        reservation, cycle after cycle, and the room held for it went to the reclaimer).
+        From the next cycle on it runs, and is taken as any running work."""
+        placed = (TaskStatus.BINDING, TaskStatus.PIPELINED)
+        kept = [t for t in self._placing if t.status in placed and t.node in nodes]
+        self._placing = []
+        self.ctx.stmt.keep_on_reservation(kept)
 
     def scoped(self, key: tuple[object, ...]) -> tuple[object, ...]:
         """A failed search's key for the room the job sees: with reservations, the same

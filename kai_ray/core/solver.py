@@ -371,7 +371,7 @@ def _allocate_over(
     typed = ctx.state.usage.typed
     if typed is not None:  # the type each victim's GPUs count on (policy's typed rank)
         for k, ask in asks.items():
-            ask.append(typed.rank_column(victim_jobs[k]))
+            ask.append(typed.rank_column(victim_jobs[k], ctx.placer.first_type(victim_jobs[k])))
     rows, policy = ctx.rows, ctx.policy
     assert rows is not None
 

@@ -311,6 +311,26 @@ class Statement:
 
         self._undo.append(undo)
 
+    def keep_on_reservation(self, tasks: list[Task]) -> None:
+        """Mark tasks just placed on a reservation's held room: no victims this cycle
+        (Task.on_reservation). A change of which tasks are candidates: a state change."""
+        if self._log is not None:
+            self._log.append((len(self._undo), "keep_on_reservation", (tasks,)))
+        if not tasks:
+            return
+        for t in tasks:
+            t.on_reservation = True
+        self._changed()
+        self.changed_tasks.extend(tasks)
+
+        def undo() -> None:
+            self._state_marks.pop()
+            self.changed_tasks.extend(tasks)
+            for t in tasks:
+                t.on_reservation = False
+
+        self._undo.append(undo)
+
     def evict(self, task: Task, action: str, reason: str) -> None:
         """Start releasing a running task: its capacity stays held until it is gone. A
         task placed earlier in the cycle is taken the same way (Task.takeable): it holds
@@ -333,6 +353,10 @@ class Statement:
             shared_before = shared.releasing
             shared.releasing += fraction
             nodes.refresh_fractions(node)
+        # The node's watchers keep figures of its releasing room too (the free GPUs per
+        # type, now and once released): told of every change, undo included, or what they
+        # keep drifts from the node (a rolled-back search left a type's room counted twice).
+        nodes.changed(node)
         job = task.job
         amount = self.state.queue_amount(task, node)
         undo_usage = self.state.usage.add_undoable(
@@ -362,6 +386,7 @@ class Statement:
             if fraction:
                 shared.releasing = shared_before
                 nodes.refresh_fractions(node)
+            nodes.changed(node)
 
         self._undo.append(undo)
 

@@ -190,12 +190,16 @@ class TypedQueues:
         )
         return out
 
-    def rank_column(self, job: Job) -> float:
+    def rank_column(self, job: Job, first: int | None = None) -> float:
         """The type column its GPUs count on when its queue is ranked for it: the type its
-        gang holds, else the first named type it accepts; -1: any (policy ranks it)."""
+        gang holds, else the type it is held to (`first`, Placer.first_type: ranked as
+        the same job accepting that type alone, named by a queue or not), else the first
+        named type it accepts; -1: any (policy ranks it)."""
         held = self.types.held_by(job) if job.active_count else None
         if held is not None:
             return float(self._column[held])
+        if first is not None:
+            return float(self._column[first])
         for name in job.info.gpu_types:
             c = self.column_of(name)
             if c >= 0:

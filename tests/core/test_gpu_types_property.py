@@ -127,6 +127,10 @@ def _asks_gpu(job: JobInfo) -> bool:
     return any(t.request.gpu > 0 or t.request.gpu_memory > 0 for t in job.tasks)
 
 
+def _waits(job: JobInfo) -> bool:
+    return any(t.status is TaskStatus.PENDING for t in job.tasks)
+
+
 def _accepts(job: JobInfo, node: NodeInfo) -> bool:
     return node.gpus == 0 or not job.gpu_types or node.gpu_type in job.gpu_types
 
@@ -180,8 +184,11 @@ def test_no_eviction_for_a_job_that_cannot_use_the_freed_type(snap: ClusterSnaps
         else:
             m = _FOR_QUEUE.search(reason)
             assert m, reason
-            takers = [j for j in snap.jobs if j.queue == m.group(1) and _asks_gpu(j)]
-            takers = takers or [j for j in snap.jobs if j.queue == m.group(1)]
+            # The reason names the queue alone: any of its waiting jobs may be the one.
+            # One that asks no GPU may use what any node frees (its cpu and memory).
+            takers = [j for j in snap.jobs if j.queue == m.group(1) and _waits(j)]
+            if any(not _asks_gpu(j) for j in takers):
+                continue
         assert any(_accepts(job, node) for job in takers for node in where), (
             reason,
             [n.gpu_type for n in where],

@@ -93,6 +93,37 @@ def test_rollback_restores_every_field_after_places_and_evictions() -> None:
     _counts_agree(ctx.state)
 
 
+def test_node_watchers_are_told_of_every_change_evictions_and_undos_included() -> None:
+    """What a watcher keeps of a node (the free GPUs per type, now and once released)
+    is read off the node each time it is told: after evictions, placements and their
+    rollback, it is what the node holds. Evictions once told no one, and a rolled-back
+    search left a type's room counted twice (found by the feature-effect suite)."""
+    ctx = _context(_cluster())
+    nodes = ctx.state.nodes
+    seen: dict[int, tuple[list[float], list[float]]] = {}
+
+    def watch(n: int) -> None:
+        seen[n] = (nodes.idle[n].tolist(), nodes.releasing[n].tolist())
+
+    nodes.watchers.append(watch)
+
+    def agree() -> None:
+        for n in seen:
+            assert seen[n] == (nodes.idle[n].tolist(), nodes.releasing[n].tolist()), nodes.names[n]
+
+    jobs = ctx.state.job_index
+    checkpoint = ctx.stmt.checkpoint()
+    ctx.stmt.evict(jobs["whole"].tasks[0], "preempt", "test")
+    assert 1 in seen
+    agree()
+    ctx.stmt.place(jobs["gang"].tasks[0], 1, -1, True, "allocate")
+    agree()
+    ctx.stmt.evict(jobs["frac-a"].tasks[0], "preempt", "test")
+    agree()
+    ctx.stmt.rollback(checkpoint)
+    agree()
+
+
 def test_blocks_keep_the_counts_and_roll_back() -> None:
     ctx = _context(_cluster())
     gang = ctx.state.job_index["gang"]
