@@ -18,6 +18,7 @@ from kai_ray.control.memory import ManualClock, MemoryExecutor, MemoryNodes, Mem
 from kai_ray.control.snapshot import job_info
 from kai_ray.core import CycleCache, QueueInfo, SchedulerConfig, run_cycle
 from tests.control.harness import QUEUES, node, spec
+from tests.properties import examples
 
 
 def controller(full: bool) -> Controller:
@@ -86,7 +87,7 @@ ops = st.one_of(
 )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(st.lists(ops, max_size=4), st.integers(1, 4)), min_size=1, max_size=14))
 def test_incremental_controller_matches_full_cycles(steps: list[tuple[list[tuple[Any, ...]], int]]) -> None:
     inc, full = controller(full=False), controller(full=True)

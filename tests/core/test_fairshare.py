@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from kai_ray.core.fairshare import FairShares, compute_fair_shares
 from kai_ray.core.model import QueueInfo
 from kai_ray.core.queues import QueueTree, build_queue_tree
+from tests.properties import examples
 
 INF = math.inf
 
@@ -419,7 +420,7 @@ def forests(draw: st.DrawFn, integral: bool = False) -> tuple[list[Q], float]:
     return queues, float(draw(st.integers(0, 60)) if integral else draw(quarters))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(forests(), st.sampled_from([0.0, 0.5, 1.0, 2.0]))
 def test_matches_scalar_reference(forest: tuple[list[Q], float], k: float) -> None:
     queues, total = forest
@@ -431,7 +432,7 @@ def test_matches_scalar_reference(forest: tuple[list[Q], float], k: float) -> No
         assert fair[name] == pytest.approx(f, abs=1e-9), name
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(forests(), st.booleans())
 def test_bounds(forest: tuple[list[Q], float], with_usage: bool) -> None:
     queues, total = forest
@@ -454,7 +455,7 @@ def test_bounds(forest: tuple[list[Q], float], with_usage: bool) -> None:
         assert fair[kids].sum() <= max(share, des[kids].sum()) + eps
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(forests(integral=True))
 def test_whole_units_and_positive_weights_use_everything(forest: tuple[list[Q], float]) -> None:
     queues, total = forest

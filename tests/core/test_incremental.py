@@ -36,6 +36,7 @@ from kai_ray.core import (
 from kai_ray.core.cluster import ClusterState
 from kai_ray.core.cycle import finish_cycle, prepare_cycle, run_action
 from kai_ray.core.nodeindex import GpuBuckets
+from tests.properties import examples
 
 GI = 1024.0**3
 # Non-dyadic cpu amounts on purpose: sums in another order would differ in the last bit.
@@ -309,7 +310,7 @@ def both(world: World, cache: CycleCache) -> tuple[CycleResult, CycleResult]:
     return inc_result, full_result
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(worlds, st.lists(st.tuples(st.lists(ops, max_size=5), st.booleans()), min_size=2, max_size=16))
 def test_the_incremental_cycle_decides_as_the_full_rebuild(
     world_spec: tuple[list[tuple[int, float, bool]], str, float, float],
@@ -365,7 +366,7 @@ job_ops = st.one_of(
 )
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(worlds, st.lists(st.tuples(st.lists(job_ops, max_size=6), st.booleans()), min_size=2, max_size=20))
 def test_a_patched_line_of_jobs_decides_as_the_full_rebuild(
     world_spec: tuple[list[tuple[int, float, bool]], str, float, float],

@@ -28,6 +28,7 @@ from kai_ray.core import (
     TaskStatus,
     run_cycle,
 )
+from tests.properties import examples
 
 from .test_incremental import World, ops, run_both_ways, worlds
 
@@ -70,7 +71,7 @@ def _typed(n: NodeInfo) -> NodeInfo:
     return dataclasses.replace(n, gpu_type=TYPES[int(n.name[1:]) % 2])
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(worlds, st.lists(st.tuples(st.lists(ops, max_size=5), st.booleans()), min_size=2, max_size=12))
 def test_the_incremental_cycle_decides_as_the_full_rebuild_with_gpu_types(
     world_spec: tuple[list[tuple[int, float, bool]], str, float, float],

@@ -34,6 +34,7 @@ from kai_ray.core import (
 )
 from kai_ray.core.policy import DEFAULT_POLICY
 from kai_ray.core.settling import SureToFail
+from tests.properties import examples
 
 from .builders import ClusterBuilder, affinity, name_req, req
 
@@ -241,7 +242,9 @@ def _queue_gpus(
 
 
 SETTINGS = settings(
-    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow]
+    max_examples=examples(120),
+    deadline=None,
+    suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow],
 )
 
 
@@ -498,7 +501,7 @@ def look_alikes(draw: st.DrawFn) -> ClusterSnapshot:
     return ClusterSnapshot(nodes, queues, jobs)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(clusters(), look_alikes()))
 def test_skipping_searches_that_already_failed_changes_no_decision(snap: ClusterSnapshot) -> None:
     """The skip is only a shortcut: every search run again gives the same decisions."""
@@ -507,7 +510,7 @@ def test_skipping_searches_that_already_failed_changes_no_decision(snap: Cluster
     assert skipping.decisions == searching.decisions
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(clusters(), look_alikes()))
 def test_settling_the_rest_of_allocate_at_once_changes_nothing(snap: ClusterSnapshot) -> None:
     """Once every job left in line is sure to fail, allocate gives each its reason

@@ -17,6 +17,7 @@ from kai_ray.core.cycle import finish_cycle, prepare_cycle, run_action
 from kai_ray.core.victimpool import shared_candidates
 from tests.core.test_incremental import World, node, run_steps
 from tests.core.test_victimpool import crowded, crowded_world, later
+from tests.properties import examples
 
 
 def described(ctx: CycleContext) -> list[tuple[str, tuple[int, ...], bool]]:
@@ -51,7 +52,7 @@ def kept_and_fresh(world: World, cache: CycleCache) -> tuple[CycleResult, CycleR
     return results
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(crowded, st.lists(st.tuples(st.lists(later, max_size=4), st.booleans()), min_size=2, max_size=10))
 def test_the_kept_candidates_are_those_built_afresh(
     world_spec: tuple[list[tuple[int, float, bool]], str, list[tuple[Any, ...]]],

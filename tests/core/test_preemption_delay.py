@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kai_ray.core import ClusterSnapshot, CycleResult, Evict, SchedulerConfig, TaskStatus, run_cycle
+from tests.properties import examples
 
 from .builders import ClusterBuilder
 from .test_invariants import clusters, look_alikes
@@ -34,7 +35,7 @@ def _codes(result: CycleResult) -> dict[str, str]:
     return {job: reason.code for job, reason in result.waiting.items()}
 
 
-SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @SETTINGS

@@ -25,6 +25,7 @@ from kai_ray.core import (
 )
 from kai_ray.core.incremental import CycleCache
 from kai_ray.core.words import count
+from tests.properties import examples
 
 from .builders import ClusterBuilder, cycle, outcome
 from .test_invariants import clusters, look_alikes
@@ -357,7 +358,7 @@ def streams(draw: st.DrawFn) -> tuple[list[NodeInfo], list[Work]]:
     return _nodes(count, gpus), work
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(streams(), st.sampled_from([60.0, 600.0]), st.integers(1, 3))
 def test_backfill_never_delays_a_reservation_beyond_its_expected_start(
     stream: tuple[list[NodeInfo], list[Work]], after: float, most: int
@@ -368,7 +369,7 @@ def test_backfill_never_delays_a_reservation_beyond_its_expected_start(
     _assert_never_delayed(work, expected, after)
 
 
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @SETTINGS

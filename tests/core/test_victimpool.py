@@ -22,6 +22,7 @@ from kai_ray.core.policy import DEFAULT_POLICY, may_reclaim_from
 from kai_ray.core.statement import Statement
 from kai_ray.core.victimpool import ActionCandidates, Candidates, VictimPool, shared_candidates
 from tests.core.test_incremental import World, node, ops
+from tests.properties import examples
 
 
 @contextmanager
@@ -185,7 +186,7 @@ def crowded_world(world_spec: tuple[list[tuple[int, float, bool]], str, list[tup
     return world
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=SLOW_OK)
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=SLOW_OK)
 @given(crowded, st.lists(st.tuples(st.lists(later, max_size=4), st.booleans()), min_size=2, max_size=10))
 def test_the_shortcuts_decide_as_full_searches(
     monkeypatch: pytest.MonkeyPatch,

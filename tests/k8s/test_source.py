@@ -18,6 +18,7 @@ from kai_ray.k8s.reference import same_world
 from kai_ray.k8s.source import KubeSource
 from kai_ray.k8s.watches import Watches
 from tests.k8s.test_world import node, pod
+from tests.properties import examples
 
 NODES = ["n0", "n1", "n2"]
 CLUSTERS = ["a", "b", "c"]
@@ -134,7 +135,7 @@ def apply(world: World, change: tuple[Any, ...]) -> None:
             world.source.assume(found["metadata"]["uid"], c, 0.0)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.lists(CHANGES, min_size=1, max_size=4), min_size=1, max_size=8))
 def test_the_patched_world_is_the_rebuilt_one(batches: list[list[tuple[Any, ...]]]) -> None:
     world = World()
