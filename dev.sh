@@ -53,18 +53,25 @@ case "${1:-}" in
     exec "$VENV/bin/kai-ray" demo "$@"
     ;;
   test)
+    shift
+    # The Kubernetes tests run a real kube-apiserver, etcd and KubeRay's operator: built
+    # from their Go modules once per machine (about 10 minutes on 2 cores), then cached
+    # under ~/.cache/kai-ray. The build starts first and runs beside the pip install
+    # (mostly downloads), so a cold machine waits for the longer of the two, not both.
+    components_log=$(mktemp)
+    bash kai_ray/testing/build-components.sh >"$components_log" 2>&1 &
+    components=$!
     ensure_venv
     "$VENV/bin/pip" install -q -e '.[test]'
-    shift
     echo "== ruff";          "$VENV/bin/ruff" check kai_ray tests
     echo "== ruff format";   "$VENV/bin/ruff" format --check -q kai_ray tests
     echo "== mypy (strict on kai_ray/core, control, k8s, testing, dashboard, sim)"
     "$VENV/bin/mypy" kai_ray/core kai_ray/control kai_ray/k8s kai_ray/testing kai_ray/dashboard kai_ray/sim
     echo "== import contracts"; "$VENV/bin/lint-imports"
-    # The Kubernetes tests run a real kube-apiserver, etcd and KubeRay's operator: built
-    # from their Go modules once per machine (about 10 minutes on 2 cores), then cached
-    # under ~/.cache/kai-ray.
-    echo "== Kubernetes components"; bash kai_ray/testing/build-components.sh
+    echo "== Kubernetes components"
+    if ! wait "$components"; then cat "$components_log" >&2; exit 1; fi
+    grep -v '^building\|^go: ' "$components_log" | grep -E '^(kube|etcd)' || true
+    rm -f "$components_log"
     # The web UI tests drive a real headless Chromium: Debian's package (Playwright's own
     # browser download does not work on these machines). The Kubernetes tests run live
     # Ray in network namespaces of their own (iproute2's ip).

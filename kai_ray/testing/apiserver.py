@@ -109,7 +109,11 @@ class ApiServer:
         self.etcd_url = ""
 
     def __enter__(self) -> ApiServer:
-        self.start()
+        try:
+            self.start()
+        except BaseException:  # a failed or interrupted start (Ctrl-C) leaves nothing running
+            self.stop()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -5,6 +5,7 @@ story starts the test cluster's components."""
 from __future__ import annotations
 
 import argparse
+import signal
 
 __all__ = ["add_commands"]
 
@@ -32,6 +33,11 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
 
 
 def _demo(args: argparse.Namespace) -> int:
+    # Ctrl-C stops the demo and everything it started, wherever it was started from: a
+    # non-interactive shell starts a command it runs in the background (`cmd &`) with
+    # SIGINT ignored, and Python then never raises KeyboardInterrupt; a user's Ctrl-C
+    # (or a test's SIGINT) would be lost and the story would run on to its end.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     if args.kubernetes:
         from kai_ray.testing.kubedemo import run_kubernetes_demo
 

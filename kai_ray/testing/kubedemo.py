@@ -95,11 +95,11 @@ def run_kubernetes_demo(quick: bool = False, port: int = 8270, ray: bool = True)
     from kai_ray.testing.liveray import LiveRay, live_ray_possible
 
     tl = Timeline()
-    tl.say("building kube-apiserver, etcd, KubeRay and kube-controller-manager (first use: minutes)")
-    built = time.time()
-    components()
-    tl.say(f"components ready in {time.time() - built:.1f}s (cached under ~/.cache/kai-ray)")
     try:
+        tl.say("building kube-apiserver, etcd, KubeRay and kube-controller-manager (first use: minutes)")
+        built = time.time()
+        components()
+        tl.say(f"components ready in {time.time() - built:.1f}s (cached under ~/.cache/kai-ray)")
         with ExitStack() as stack:
             # A short folder: live Ray's sockets live under it (a socket's path has 107 bytes).
             work = stack.enter_context(tempfile.TemporaryDirectory(prefix="krd-"))

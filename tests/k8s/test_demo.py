@@ -28,12 +28,15 @@ STORY = [
 ]
 
 
-def _demo(port: int, *more: str) -> subprocess.Popen[str]:
+def _demo(port: int, *more: str, sigint_ignored: bool = False) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "kai_ray.cli", "demo", "--kubernetes", "--quick", "--port", str(port), *more],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        # As a non-interactive shell starts a command it runs in the background (`cmd &`):
+        # with SIGINT ignored, which the process inherits.
+        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else None,
     )
 
 
@@ -74,14 +77,25 @@ def test_the_kubernetes_demo_tells_the_story_and_leaves_nothing_running(apiserve
     assert _left(workdir) == [] and not Path(workdir).exists()
 
 
-def test_ctrl_c_stops_everything_the_demo_started(apiserver_built: str) -> None:
-    """Without live Ray (--no-ray), as fast as it goes; interrupted once the training runs."""
-    proc = _demo(_free_port(), "--no-ray")
+@pytest.mark.parametrize(
+    ("at", "sigint_ignored"),
+    [
+        ("training runs", False),
+        ("applied RayService serve", True),
+        ("kai-ray preempted the training", True),
+    ],
+)
+def test_ctrl_c_stops_everything_the_demo_started(
+    apiserver_built: str, at: str, sigint_ignored: bool
+) -> None:
+    """Without live Ray (--no-ray), as fast as it goes; interrupted at a point of its story,
+    also when started the way a background job is, with SIGINT ignored."""
+    proc = _demo(_free_port(), "--no-ray", sigint_ignored=sigint_ignored)
     assert proc.stdout is not None
     workdir = None
     for line in proc.stdout:
         workdir = workdir or _workdir(line)
-        if "training runs" in line:
+        if at in line:
             break
     assert workdir is not None and _left(workdir)  # the components run
     proc.send_signal(signal.SIGINT)
