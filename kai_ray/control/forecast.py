@@ -11,7 +11,8 @@ The model, and what it leaves out (docs/semantics.md, "Forecast"):
   (priority, then age); a gang that does not fit does not stop those behind it, as in
   allocate; a leaf queue's GPU limit is kept;
 - tasks are placed binpacked (the fullest nodes that fit first), one per node for
-  STRICT_SPREAD, on one node for STRICT_PACK, on nodes its selector allows;
+  STRICT_SPREAD, on one node for STRICT_PACK, on nodes its selector allows and, for
+  GPU work naming GPU types, of a type it accepts (a gang is not held to one of them);
 - reclaim, preemption and consolidation are not foreseen, nor work yet to be submitted;
   a forecast is a best guess, made again every few seconds (`Forecaster`).
 - Work whose run time is not known holds its room for ever: a workload that waits for
@@ -133,6 +134,7 @@ class _Forward:
         self.node_index = {n.name: i for i, n in enumerate(nodes)}
         self.free = np.array([_capacity(n) for n in nodes], dtype=float).reshape(len(nodes), 3)
         self.labels = [n.labels for n in nodes]
+        self.gpu_types = [n.gpu_type if n.gpus else "" for n in nodes]  # "": no GPU, any work may go
         self.gpu_memory = nodes[0].gpu_memory if nodes else 0.0
         self.limit = {q.name: q.limit[0] for q in snap.queues if q.limit[0] != UNLIMITED}
         self.weight = {q.name: _weight(q.name, fair_share, q.quota[0]) for q in snap.queues}
@@ -199,12 +201,17 @@ class _Forward:
         tasks = max(1, min(job.gang_size, len(job.tasks)))
         mode = "one" if job.topology is not None else ("spread" if job.spread == "required" else "pack")
         selector = tuple(sorted(job.node_selector.items())) if job.node_selector else ()
-        key = (request, tasks, mode, selector)
+        types = job.gpu_types if request[0] > 0 else ()  # work that asks no GPU goes anywhere
+        key = (request, tasks, mode, selector, types)
         sid = self._shape_ids.get(key)
         if sid is None:
             sid = self._shape_ids[key] = len(self.shapes)
             eligible = np.array(
-                [all(lab.get(k) == v for k, v in selector) for lab in self.labels], dtype=bool
+                [
+                    all(lab.get(k) == v for k, v in selector) and (not types or not t or t in types)
+                    for lab, t in zip(self.labels, self.gpu_types, strict=True)
+                ],
+                dtype=bool,
             )
             self.shapes.append(_Shape(np.array(request), tasks, mode, eligible))
         rank = (-job.priority, job.created_at)

@@ -95,6 +95,19 @@ def test_a_node_selector_limits_the_nodes_it_may_wait_for() -> None:
     assert starts(b) == {"picky": 500.0}
 
 
+def test_gpu_work_waits_for_a_type_it_accepts() -> None:
+    """The A100 node frees first, but the job accepts H100 alone (found by the
+    feature-effect suite: the forecast read the node selector only)."""
+    b = ClusterBuilder().queue("q")
+    b.node("h", gpus=8, gpu_type="H100").job("on-h", "q", gpu=8).running("h", since=0).runtime(500)
+    b.node("a", gpus=8, gpu_type="A100").job("on-a", "q", gpu=8).running("a", since=0).runtime(100)
+    b.job("h100-only", "q", gpu=8, gpu_types=("H100",)).pending()
+    b.job("either", "q", gpu=8, gpu_types=("H100", "A100")).pending().runtime(50)
+    b.job("cpu-only", "q", gpu=0, cpu=1, gpu_types=("H100",)).pending()
+    # Work that asks no GPU is not held to the types: the first node to free takes it.
+    assert starts(b) == {"h100-only": 500.0, "either": 100.0, "cpu-only": 100.0}
+
+
 def test_earlier_runs_count_against_the_expected_run_time() -> None:
     b = ClusterBuilder().queue("q")
     b.node("n0", gpus=8).job("resumed", "q", gpu=8).running("n0", since=0).runtime(1000, ran=700)
