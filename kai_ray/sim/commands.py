@@ -93,6 +93,15 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
         "--runtime-estimates, since backfill needs run times",
     )
     sim.add_argument(
+        "--autoscale",
+        metavar="SPEC",
+        default=None,
+        help="an autoscaler adds nodes for gangs that wait for room: MAXxGPUS[:TYPE][,latency=T][,idle=T] "
+        "(e.g. 4x8,latency=5m,idle=10m: up to 4 nodes of 8 GPUs, each ready 5 minutes after it is "
+        "asked for, removed after 10 idle minutes); the preemption delay (preemptionDelay in "
+        "--config) then applies",
+    )
+    sim.add_argument(
         "--config", metavar="FILE", help="a scheduler options file (the policies' base configuration)"
     )
     sim.add_argument(
@@ -130,6 +139,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _simulate(args: argparse.Namespace) -> int:
     from kai_ray.config.scheduler import load_scheduler_config
+    from kai_ray.sim.autoscale import parse_autoscale
     from kai_ray.sim.cluster import parse_cluster, sim_queues
     from kai_ray.sim.engine import Options, Simulation
     from kai_ray.sim.policies import make_policy, with_reservations
@@ -145,6 +155,7 @@ def _simulate(args: argparse.Namespace) -> int:
         wait_step_s=parse_duration(args.wait_step, "--wait-step") if args.wait_step else None,
         runtime_estimates=args.runtime_estimates or "",
         seed=args.seed,
+        autoscale=parse_autoscale(args.autoscale) if args.autoscale else None,
     )
     nodes = parse_cluster(args.cluster)
     base = load_scheduler_config(args.config) if args.config else None
@@ -200,6 +211,7 @@ def _facts(args: argparse.Namespace, jobs: list[Any], nodes: list[Any], options:
         "reserve_after_s": parse_duration(args.reserve_after, "--reserve-after")
         if args.reserve_after
         else None,
+        "autoscale": args.autoscale or "none (a fixed cluster)",
         "peak_memory_mib": peak_memory_mib(),
     }
 

@@ -15,6 +15,10 @@ Decisions that change with time alone (time-based fair share: a queue's share sh
 as its usage grows, with no event at all) are seen the way a running scheduler sees
 them: while something waits, a step comes at least every `wait_step_s` of virtual time
 (by default one a minute when the policy keeps a usage history, none otherwise).
+
+With an autoscaler (Options.autoscale, autoscale.py) nodes join and leave at their own
+times, which are events too: a node that became ready is followed by a step when someone
+waits, and so is the end of a gang's preemption delay (time alone ends it).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from kai_ray.control.usage import cluster_capacity
 from kai_ray.control.validate import SubmitError
 from kai_ray.control.workload import State, WorkloadSpec, group_owner
 from kai_ray.core import CycleResult, Evict, NodeInfo, Pipeline, QueueInfo
+from kai_ray.sim.autoscale import Autoscaler, NodeShape, delay_ends, largest_growth, too_big
 from kai_ray.sim.gputypes import TypeRoom
 from kai_ray.sim.metrics import Metrics
 from kai_ray.sim.policies import POOL_QUEUE, SimPolicy
@@ -67,6 +72,9 @@ class Options:
     # either, each job's forecast start is taken the step it is submitted (ETA accuracy).
     runtime_estimates: str = ""
     seed: int = 0
+    # An autoscaler (autoscale.py): the shape of the nodes it adds, how many at most, after
+    # what latency, and when it removes them. None: the cluster is fixed.
+    autoscale: NodeShape | None = None
 
 
 @dataclass(slots=True)
@@ -100,8 +108,9 @@ class Simulation:
     def __post_init__(self) -> None:
         self.clock = ManualClock()
         self.executor = SimExecutor(listener=self, node_types={n.name: n.gpu_type for n in self.nodes})
+        self.cluster = MemoryNodes(list(self.nodes))
         self.ctl = Controller(
-            MemoryNodes(list(self.nodes)),
+            self.cluster,
             self.executor,
             NullStore(),
             self.clock,
@@ -109,7 +118,14 @@ class Simulation:
             self.policy.config,
             cycle=self.policy.cycle(self.options.incremental),
         )
-        self.type_room = TypeRoom(self.nodes)
+        shape = self.options.autoscale
+        self.autoscaler = Autoscaler(shape) if shape is not None else None
+        # The snapshot says the cluster can grow (the preemption delay applies), and
+        # a workload larger than it is now is accepted, as on Ray with its autoscaler.
+        self.ctl.cluster_grows = shape is not None
+        self.largest = [*self.nodes, *(largest_growth(shape) if shape is not None else [])]
+        self.type_room = TypeRoom(self.largest)
+        self.next_delay_end = math.inf  # the next end of a gang's preemption delay
         self.ctl.refresh_nodes()
         self.runs: dict[str, JobRun] = {j.id: JobRun(j, j.queue, j.duration) for j in self.jobs}
         self.queued: set[str] = set()  # submitted, waiting to run
@@ -132,32 +148,79 @@ class Simulation:
     def run(self) -> Metrics:
         started = time.perf_counter()
         jobs, i = self.jobs, 0
-        while i < len(jobs) or self.heap:
+        while i < len(jobs) or self.heap or self._nodes_coming():
             t = min(jobs[i].submit if i < len(jobs) else math.inf, self.heap[0][0] if self.heap else math.inf)
             due = self._wait_step_due()
-            t = min(self._step_time(t), due)
+            t = min(self._step_time(min(t, self._autoscale_due())), due)
             self.clock.t = t
             ended = self._end_runs(t)
+            rescaled = self._rescale(t)
             first = i
             while i < len(jobs) and jobs[i].submit <= t:
                 self._submit(jobs[i], t)
                 i += 1
-            # Room freed by runs that ended is of use only to someone waiting (or to an
-            # elastic job below its most workers): otherwise no step is needed.
+            # Room freed by runs that ended (or by new nodes) is of use only to someone
+            # waiting (or to an elastic job below its most workers): otherwise no step.
             if (
                 i > first
                 or t >= due
-                or (ended and (self.queued or self.growing or self.options.step_every_end))
+                or ((ended or rescaled) and (self.queued or self.growing or self.options.step_every_end))
             ):
                 self._steps(t)
                 if i > first and self.estimates.on:
                     self._forecast(jobs[first:i], t)
             elif ended:
                 self._settled(t)
+            self._ask_for_nodes(t)
             if self.progress is not None:
                 self.progress(self)
         self.metrics.close(self.clock.t, self.runs.values(), time.perf_counter() - started, self.steps)
+        if self.autoscaler is not None:
+            self.metrics.summary["autoscale"] = self.autoscaler.figures(self.metrics.summary["makespan_s"])
         return self.metrics
+
+    # ------------------------------------------------------------ the autoscaler
+
+    def _nodes_coming(self) -> bool:
+        """Nodes are on their way for someone waiting: the run is not over."""
+        return self.autoscaler is not None and bool(self.autoscaler.launching) and bool(self.queued)
+
+    def _autoscale_due(self) -> float:
+        """When the autoscaler changes the cluster next, or a gang's preemption delay ends
+        (then it may evict: time alone ends the delay)."""
+        if self.autoscaler is None:
+            return math.inf
+        return min(self.autoscaler.next_due(), self.next_delay_end if self.queued else math.inf)
+
+    def _rescale(self, t: float) -> bool:
+        """Nodes that are ready join, idle ones it added leave; whether a step is due (a
+        node came, or a preemption delay ended)."""
+        if self.autoscaler is None:
+            return False
+        came, gone = self.autoscaler.arrive(t), self.autoscaler.leave(t)
+        if came or gone:
+            names = {n.name for n in gone}
+            self.cluster.node_list = [n for n in self.cluster.node_list if n.name not in names] + came
+            self.executor.node_types.update({n.name: n.gpu_type for n in came})
+            self.metrics.cluster_changed(t, came, 1.0)
+            self.metrics.cluster_changed(t, gone, -1.0)
+            self.ctl.refresh_nodes()
+        return bool(came) or t >= self.next_delay_end
+
+    def _ask_for_nodes(self, t: float) -> None:
+        """After a step: the gangs waiting for room ask for nodes, and the nodes it added
+        that hold nothing start their idle time."""
+        scaler = self.autoscaler
+        if scaler is None:
+            return
+        held_on = self.executor.held_on
+        scaler.note_use(t, held_on)
+        if not self.queued:
+            self.next_delay_end = math.inf
+            return
+        waiting = [w for w in self.ctl.workloads.values() if w.state is State.QUEUED]
+        scaler.ask(t, waiting, held_on)
+        self.next_delay_end = delay_ends(waiting, self.policy.config.preemption_delay_s, t)
 
     def _forecast(self, submitted: Sequence[SimJob], t: float) -> None:
         """The forecast start of the jobs just submitted, as the scheduler would give it
@@ -198,11 +261,13 @@ class Simulation:
         (`follow`): this backend reports each change as it happens instead, as Ray's
         watch does through group_ready(): runs' ends through finish(), reservations ready
         at once. The pass would cost O(running jobs) per step, more than the cycle
-        itself. The cluster does not change, so nodes are not refreshed either."""
+        itself. Nodes are refreshed only when the autoscaler changes them (_rescale)."""
         result = self.ctl.step(refresh_nodes=False, follow=False).result
+        evictions = [d for d in result.decisions if isinstance(d, Evict)]
+        self.metrics.stopped_by({d.job: d.action for d in evictions})
         self._start_reserved()
-        for d in result.decisions:
-            w = self.ctl.workloads.get(d.job) if isinstance(d, Evict) else None
+        for d in evictions:
+            w = self.ctl.workloads.get(d.job)
             if w is not None and w.state is State.RUNNING:
                 # An elastic job's surplus taken back: given up now (no grace period).
                 self.ctl.group_ready(w.gang_group)
@@ -239,6 +304,8 @@ class Simulation:
     def _submit(self, job: SimJob, now: float) -> None:
         run = self.runs[job.id]
         never = self.type_room.why_not(job.gpus, job.min_workers or job.workers, job.gpu_types)
+        if not never and self.autoscaler is not None:
+            never = too_big(job.gpus, job.min_workers or job.workers, self.largest)
         if never:
             self._reject(run, now, never)
             return

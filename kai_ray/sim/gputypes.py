@@ -13,6 +13,8 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from kai_ray.config.errors import ConfigError
 from kai_ray.core import NodeInfo
 from kai_ray.sim.series import StepSeries
@@ -26,6 +28,7 @@ __all__ = [
     "TypeUsage",
     "comma_types",
     "gpu_type_problem",
+    "held_share",
     "split_gpu_types",
 ]
 
@@ -118,25 +121,49 @@ class TypeUsage:
         self.node_type = {n.name: n.gpu_type for n in nodes}
         self.held_now = dict.fromkeys(self.gpus, 0.0)
         self.used = {t: StepSeries() for t in self.gpus}
+        self.capacity = {t: StepSeries() for t in self.gpus}  # the type's GPUs (an autoscaler adds some)
+        for gpu_type, gpus in self.gpus.items():
+            self.capacity[gpu_type].record(0.0, gpus)
 
     def held(self, t: float, by_type: Iterable[tuple[str, float]]) -> None:
         for gpu_type, delta in by_type:
             self.held_now[gpu_type] += delta
             self.used[gpu_type].record(t, self.held_now[gpu_type])
 
+    def grow(self, t: float, node: NodeInfo, sign: float) -> None:
+        """A node joined (sign 1) or left (-1) the cluster."""
+        gpu_type = node.gpu_type
+        if gpu_type not in self.gpus:
+            self.gpus[gpu_type], self.held_now[gpu_type] = 0.0, 0.0
+            self.used[gpu_type], self.capacity[gpu_type] = StepSeries(), StepSeries()
+        self.gpus[gpu_type] += sign * node.gpus
+        self.capacity[gpu_type].record(t, self.gpus[gpu_type])
+        self.node_type[node.name] = gpu_type
+
     def figures(
         self, runs: Sequence[JobRun], makespan: float, jobs: Callable[[Sequence[JobRun]], dict[str, Any]]
     ) -> dict[str, Any]:
-        """Per type (sorted by name): its GPUs, their mean utilisation over the makespan,
-        and `jobs(runs)`'s figures for the jobs that held GPUs of that type."""
+        """Per type (sorted by name): its GPUs (their mean over the makespan where an
+        autoscaler added some), their mean utilisation over the makespan, and
+        `jobs(runs)`'s figures for the jobs that held GPUs of that type."""
         out: dict[str, Any] = {}
         for gpu_type in sorted(self.gpus):
-            total = self.gpus[gpu_type]
-            mean = self.used[gpu_type].mean(0.0, makespan)  # as the overall figure is taken
             ran = [r for r in runs if gpu_type in r.ran_on]
+            capacity = self.capacity[gpu_type]
             out[gpu_type] = {
-                "gpus": total,
-                "gpu_utilisation": mean / total if total else 0.0,
+                "gpus": capacity.mean(0.0, makespan),
+                # as the overall figure is taken
+                "gpu_utilisation": held_share(self.used[gpu_type], capacity, makespan),
                 **jobs(ran),
             }
         return out
+
+
+def held_share(used: StepSeries, capacity: StepSeries, end: float) -> float:
+    """What was held over what there was, both integrated over [0, end] (at `end` alone
+    when end is 0)."""
+    if end <= 0:
+        return used.last / capacity.last if capacity.last else 0.0
+    span = np.array([0.0, end])
+    there = float(np.diff(capacity.integral(span))[0])
+    return float(np.diff(used.integral(span))[0]) / there if there > 0 else 0.0

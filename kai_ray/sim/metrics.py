@@ -21,7 +21,7 @@ import numpy as np
 from kai_ray.core import CycleResult, NodeInfo, QueueInfo
 from kai_ray.core.fairshare import compute_fair_shares
 from kai_ray.core.queues import build_queue_tree
-from kai_ray.sim.gputypes import TypeUsage
+from kai_ray.sim.gputypes import TypeUsage, held_share
 from kai_ray.sim.policies import SimPolicy
 from kai_ray.sim.series import StepSeries
 
@@ -55,7 +55,9 @@ class Metrics:
         self.queue_list = list(queues)
         parents = {q.parent for q in queues}
         self.teams = [q.name for q in queues if q.name not in parents]
-        self.total_gpus = float(sum(n.gpus for n in nodes))
+        self.total_gpus = float(sum(n.gpus for n in nodes))  # now (an autoscaler changes it)
+        self.capacity = StepSeries()  # the cluster's GPUs over time
+        self.capacity.record(0.0, self.total_gpus)
         self.types = TypeUsage(nodes)  # GPUs held per GPU type (the engine records them)
         self.held_now = dict.fromkeys(self.teams, 0.0)
         self.waiting_now = dict.fromkeys(self.teams, 0.0)  # GPUs of the gangs still waiting
@@ -67,6 +69,7 @@ class Metrics:
         self.asking = StepSeries()  # 1 while some queue asks for GPUs (Jain's weight)
         self._total = 0.0
         self.events: list[Event] | None = [] if event_log else None
+        self._unnamed_stops: list[int] = []  # preempt events whose action is not known yet
         self.preemptions = 0
         self.summary: dict[str, Any] = {}
         self.end = 0.0
@@ -93,10 +96,26 @@ class Metrics:
         self._log(t, "start", run, run.gpus, f"remaining={run.remaining:g}")
 
     def preempted(self, run: JobRun, t: float, lost_s: float, held: float) -> None:
-        """`held`: the GPUs it gives back."""
+        """`held`: the GPUs it gives back. Which action stopped it is known once the step
+        that stopped it is over (`stopped_by`)."""
         self.preemptions += 1
         self.waiting_now[run.team] += run.job.gpus * (run.job.min_workers or run.job.workers)
         self._log(t, "preempt", run, held, f"lost={lost_s!r}")
+        if self.events is not None:
+            self._unnamed_stops.append(len(self.events) - 1)
+
+    def stopped_by(self, actions: Mapping[str, str]) -> None:
+        """The preemptions logged during the step just over get the action of the core's
+        eviction that stopped each (job -> reclaim, preempt, consolidation, ...): `lost=S
+        by=ACTION` (a consolidation moves a job: it stops and starts again elsewhere)."""
+        events = self.events
+        if events is None:
+            return
+        for i in self._unnamed_stops:
+            t, event, job, team, gpus, detail = events[i]
+            if job in actions:
+                events[i] = (t, event, job, team, gpus, f"{detail} by={actions[job]}")
+        self._unnamed_stops.clear()
 
     def finished(self, run: JobRun, t: float, held: float) -> None:
         self._log(t, "finish", run, held)
@@ -108,6 +127,14 @@ class Metrics:
         self.used.record(t, self._total)
         self.held_series[team].record(t, self.held_now[team])
         self._fairness(t)
+
+    def cluster_changed(self, t: float, nodes: Sequence[NodeInfo], sign: float) -> None:
+        """Nodes joined (sign 1) or left (-1) the cluster: an autoscaler's."""
+        for node in nodes:
+            self.total_gpus += sign * node.gpus
+            self.types.grow(t, node, sign)
+        self.capacity.record(t, self.total_gpus)
+        self._pooled_key = ()  # a pooled policy's fair shares split another total now
 
     def requested_gpus(self) -> dict[str, float]:
         return {t: self.held_now[t] + self.waiting_now[t] for t in self.teams}
@@ -179,7 +206,7 @@ class Metrics:
             "about": self.policy.about,
             **self._job_figures(runs),
             "makespan_s": makespan,
-            "gpu_utilisation": self.used.mean(0.0, makespan) / self.total_gpus if self.total_gpus else 0.0,
+            "gpu_utilisation": held_share(self.used, self.capacity, makespan),
             "per_gpu_type": self.types.figures(runs, makespan, _type_jobs),
             "jain_index": float(np.diff(self.jain.integral(span))[0]) / asking_time if asking_time else None,
             "queues": {team: self._queue_figures(team, runs, makespan) for team in self.teams},
@@ -204,11 +231,16 @@ class Metrics:
 
         return {
             "window_s": float(edges[1] - edges[0]),
-            "gpu_utilisation": rounded(self.used.means(edges) / max(self.total_gpus, 1e-9)),
+            "gpu_utilisation": rounded(self.utilisation_over(edges)),
             "jain_index": rounded(jain),
             "gpus_held": {t: rounded(self.held_series[t].means(edges), 2) for t in self.teams},
             "fair_share_gpus": {t: rounded(self.fair_series[t].means(edges), 2) for t in self.teams},
         }
+
+    def utilisation_over(self, edges: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        """GPUs held over the cluster's GPUs in each window [edges[i], edges[i+1])."""
+        there = self.capacity.means(edges)
+        return np.divide(self.used.means(edges), there, out=np.zeros(len(there)), where=there > 0)
 
     def _job_figures(self, runs: Sequence[JobRun]) -> dict[str, Any]:
         done = [r for r in runs if r.finished is not None]

@@ -41,12 +41,16 @@ class SimExecutor(MemoryExecutor):
     listener: SimListener | None = None
     reserved: list[str] = field(default_factory=list)
     amounts: dict[str, Amount] = field(default_factory=dict)  # group -> what it holds
-    node_types: Mapping[str, str] = field(default_factory=dict)  # node -> its GPU type
+    node_types: dict[str, str] = field(default_factory=dict)  # node -> its GPU type
     by_type: dict[str, ByType] = field(default_factory=dict)  # group -> its GPUs per type
+    # node -> what is reserved there (GPUs, cores, bytes of memory): the room in use
+    held_on: dict[str, Amount] = field(default_factory=dict)
 
     def reserve(self, group: str, workers: Sequence[WorkerPlacement]) -> str:
         self.groups[group] = list(workers)
         self.reserved.append(group)
+        for w in workers:
+            self._hold(w, 1.0)
         amount = self.amounts[group] = (
             sum(w.request.gpu for w in workers),
             sum(w.request.cpu for w in workers),
@@ -56,6 +60,11 @@ class SimExecutor(MemoryExecutor):
         if self.listener is not None:
             self.listener.held(group_owner(group), amount, by_type)
         return group
+
+    def _hold(self, worker: WorkerPlacement, sign: float) -> None:
+        gpus, cpu, memory = self.held_on.get(worker.node, (0.0, 0.0, 0.0))
+        r = worker.request
+        self.held_on[worker.node] = (gpus + sign * r.gpu, cpu + sign * r.cpu, memory + sign * r.memory)
 
     def _by_type(self, workers: Sequence[WorkerPlacement]) -> ByType:
         gpus: dict[str, float] = {}
@@ -67,7 +76,8 @@ class SimExecutor(MemoryExecutor):
 
     def release(self, group: str, kill: bool = False) -> None:
         # No log of releases (MemoryExecutor keeps one): a simulation makes millions.
-        self.groups.pop(group, None)
+        for w in self.groups.pop(group, ()):
+            self._hold(w, -1.0)
         amount = self.amounts.pop(group, None)
         by_type = tuple((t, -gpus) for t, gpus in self.by_type.pop(group, ()))
         if self.listener is not None and amount is not None:

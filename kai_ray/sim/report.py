@@ -40,6 +40,7 @@ def write_report(out: Path, results: Sequence[Metrics], title: str, extra: dict[
         _facts(extra),
         _headline_table(results),
         _forecast_table(results),
+        _autoscale_table(results),
         _size_table(results),
         _type_table(results),
         _figure(_utilisation(results, edges), "GPU utilisation over time"),
@@ -156,6 +157,25 @@ def _forecast_table(results: Sequence[Metrics]) -> str:
     return caption + _table(head, rows)
 
 
+def _autoscale_table(results: Sequence[Metrics]) -> str:
+    """What the autoscaler added, beside the preemptions (what a preemption delay trades)."""
+    rows = [
+        [
+            html.escape(m.policy.name),
+            str(a["nodes_added"]),
+            _fmt(a["node_hours"], digits=1),
+            str(a["peak_nodes"]),
+            str(m.summary["preemptions"]),
+        ]
+        for m in results
+        if (a := m.summary.get("autoscale")) is not None
+    ]
+    if not rows:
+        return ""
+    head = ("policy", "nodes added", "node-hours added", "most at once", "preemptions")
+    return "<p>Autoscaler</p>" + _table(head, rows)
+
+
 def _size_table(results: Sequence[Metrics]) -> str:
     """Waits of big gangs and small jobs apart, beside utilisation (reservations' trade)."""
     rows = []
@@ -245,7 +265,7 @@ def _utilisation(results: Sequence[Metrics], edges: np.ndarray[Any, Any]) -> byt
 
     fig, ax = plt.subplots(figsize=(10, 3.5))
     for m in results:
-        ax.plot(_days(edges), m.used.means(edges) / max(m.total_gpus, 1e-9), label=m.policy.name, lw=1)
+        ax.plot(_days(edges), m.utilisation_over(edges), label=m.policy.name, lw=1)
     ax.set_xlabel("day")
     ax.set_ylabel("GPUs held / GPUs")
     ax.set_ylim(0, 1.05)

@@ -50,7 +50,7 @@ def _from_log(events: list[dict[str, Any]], total_gpus: float) -> dict[str, Any]
             if e["event"] == "finish":
                 finish[job] = t
             else:
-                lost += float(e["detail"].removeprefix("lost=")) * gpus
+                lost += float(e["detail"].split()[0].removeprefix("lost=")) * gpus
     makespan = max(finish.values())
     jct = [finish[j] - submit[j] for j in finish]
     delay = [first[j] - submit[j] for j in first]
