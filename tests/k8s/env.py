@@ -81,9 +81,14 @@ class K8sEnv:
         self.add_crds(crds)
 
     def add_crds(self, crds: list[dict[str, Any]]) -> None:
-        """Create the CRDs and wait until each one's objects are served."""
+        """Create the CRDs (each one not there yet: the server may have started from etcd
+        data that holds them) and wait until each one's objects are served."""
         for crd in crds:
-            self.run(self.kube.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd))
+            try:
+                self.run(self.kube.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd))
+            except ApiError as exc:
+                if exc.status != 409:
+                    raise
         for crd in crds:
             self.wait_for(f"CRD {crd['metadata']['name']} served", lambda crd=crd: self._served(crd))
 

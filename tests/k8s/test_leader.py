@@ -65,8 +65,8 @@ class Replicas:
 
 
 @pytest.fixture
-def audited(apiserver_built: str) -> Iterator[K8sEnv]:
-    with ApiServer(users=("a", "b"), audit=True) as api:
+def audited(installed_etcd: Path) -> Iterator[K8sEnv]:
+    with ApiServer(users=("a", "b"), audit=True, etcd_data=installed_etcd) as api:
         env = K8sEnv(api)
         env.install(kuberay=True)  # KubeRay's CRDs: the gangs' owners
         try:
