@@ -208,18 +208,29 @@ class RayExecutor:
         if pg is None:
             return
         try:
-            from ray.util.state import list_actors
-
-            actors = list_actors(
-                filters=[("placement_group_id", "=", pg.id.hex()), ("state", "=", "ALIVE")],
-                timeout=5,
-                raise_on_missing_output=False,
-            )
-        except Exception as exc:  # the state API is best effort (dashboard may be off)
+            actors = _alive_actors_in(pg.id.hex())
+        except Exception as exc:  # best effort: removing the group stops them too
             log.warning("listing actors of %s failed: %s", group, exc)
             return
-        for a in actors:
+        for name, namespace in actors:
             try:
-                ray.kill(ray.get_actor(a.name, namespace=a.ray_namespace)) if a.name else None
+                ray.kill(ray.get_actor(name, namespace=namespace))
             except Exception as exc:
-                log.debug("kill actor %s: %s", a.actor_id, exc)
+                log.debug("kill actor %s: %s", name, exc)
+
+
+def _alive_actors_in(group_id: str) -> list[tuple[str, str]]:
+    """The named actors alive in a placement group, as (name, namespace), read from the GCS
+    of the cluster this process is connected to. Not Ray's state API: that one finds its
+    cluster again from the machine's files (with two Ray instances on one machine, the
+    newest, not necessarily its own) and answers only through the dashboard, which a
+    cluster may run without (each call then waited out its timeouts: minutes per stop)."""
+    from ray._private.state import state
+    from ray.core.generated import gcs_pb2
+
+    alive = []
+    for blob in state._connect_and_get_accessor().get_actor_table(None, "ALIVE"):
+        actor = gcs_pb2.ActorTableData.FromString(blob)
+        if actor.name and actor.placement_group_id.hex() == group_id:
+            alive.append((actor.name, actor.ray_namespace))
+    return alive

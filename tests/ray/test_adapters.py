@@ -113,3 +113,35 @@ def test_the_same_controller_on_memory_and_on_ray(ray_ports: Any) -> None:
     assert on_memory[:3] == ["low runs on 3 nodes", "low holds 3 nodes", "low is being preempted"]
     assert on_memory[3].startswith("notice: preempt: ")
     wait_until(lambda: len(gpu_node_ids()) == 3)
+
+
+def test_the_named_actors_alive_in_a_group_are_read_from_the_gcs(ray_cluster: Any) -> None:
+    """What a stop kills beside removing the group: its named actors, read from the GCS of
+    this cluster (not Ray's state API, which finds its cluster from the machine's files and
+    needs a dashboard: with a second Ray instance on the machine and no dashboard, each stop
+    waited out its timeouts)."""
+    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    from kai_ray.ray.adapters import _alive_actors_in
+
+    @ray.remote(num_cpus=0.1)
+    class Member:
+        def ping(self) -> int:
+            return 1
+
+    group = placement_group([{"CPU": 0.5}])  # room for the three members of 0.1
+    ray.get(group.ready())
+    inside = PlacementGroupSchedulingStrategy(group)
+    named = Member.options(name="member-a", namespace="ns-a", scheduling_strategy=inside).remote()
+    gone = Member.options(name="member-gone", namespace="ns-a", scheduling_strategy=inside).remote()
+    anonymous = Member.options(scheduling_strategy=inside).remote()
+    outside = Member.options(name="outside", namespace="ns-a").remote()
+    ray.get([a.ping.remote() for a in (named, gone, anonymous, outside)])
+    ray.kill(gone)
+    try:
+        wait_until(lambda: _alive_actors_in(group.id.hex()) == [("member-a", "ns-a")], 20)
+    finally:
+        for actor in (named, anonymous, outside):
+            ray.kill(actor)
+        remove_placement_group(group)
