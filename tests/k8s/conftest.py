@@ -96,12 +96,17 @@ def k8s(ready_servers: ReadyServers) -> Iterator[K8sEnv]:
         _close(env)
 
 
-@pytest.fixture
-def k8s_compacting(ready_servers: ReadyServers) -> Iterator[K8sEnv]:
-    """A server without its watch cache that compacts etcd every second: an old version
-    is soon gone, and a watch from it is answered 410 Gone, as after a long disconnect."""
-    env = ready_servers.make("--watch-cache=false", "--etcd-compaction-interval=1s")
+def server_with(servers: ReadyServers, *extra_args: str) -> Iterator[K8sEnv]:
+    """A fresh server started with more arguments, made now (for a fixture to yield from)."""
+    env = servers.make(*extra_args)
     try:
         yield env
     finally:
         _close(env)
+
+
+@pytest.fixture
+def k8s_compacting(ready_servers: ReadyServers) -> Iterator[K8sEnv]:
+    """A server without its watch cache that compacts etcd every second: an old version
+    is soon gone, and a watch from it is answered 410 Gone, as after a long disconnect."""
+    yield from server_with(ready_servers, "--watch-cache=false", "--etcd-compaction-interval=1s")

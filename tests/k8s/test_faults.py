@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.k8s.burst import GPUS, PODS_PER_GANG, by_gang, gpus_per_node, make_gangs, partial
-from tests.k8s.conftest import _env
+from tests.k8s.conftest import ReadyServers, server_with
 from tests.k8s.env import NS, K8sEnv, bound
 
 pytestmark = [pytest.mark.k8s, pytest.mark.timeout(300)]
@@ -33,10 +33,10 @@ FITS = NODES * GPUS // PODS_PER_GANG  # gangs the nodes hold
 
 
 @pytest.fixture
-def k8s_few_writers(apiserver_built: str) -> Iterator[K8sEnv]:
+def k8s_few_writers(ready_servers: ReadyServers) -> Iterator[K8sEnv]:
     """A server that serves few writes at once: the operator's 400 bindings queue, so a
     fault strikes while many are on the wire (their answers lost with the connection)."""
-    yield from _env("--max-mutating-requests-inflight=2", "--max-requests-inflight=20")
+    yield from server_with(ready_servers, "--max-mutating-requests-inflight=2", "--max-requests-inflight=20")
 
 
 def _burst(k8s: K8sEnv) -> None:
