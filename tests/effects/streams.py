@@ -73,6 +73,29 @@ def arrivals(
     return rows
 
 
+def taking_turns(
+    rng: random.Random,
+    teams: Sequence[str],
+    turns: int,
+    turn_s: float,
+    cluster: Cluster,
+    loads: tuple[float, float, float],
+    kinds: tuple[Sequence[Kind], Sequence[Kind]],
+) -> list[dict[str, Any]]:
+    """Teams bursting in turn: in each window of `turn_s`, one team asks for `loads[0]` of
+    the cluster in `kinds[0]` (training), the others for `loads[1]`; every team asks for
+    `loads[2]` more in `kinds[1]` (builds) all along."""
+    rows: list[dict[str, Any]] = []
+    busy, quiet, builds = loads
+    for turn in range(turns):
+        window = (turn * turn_s, (turn + 1) * turn_s)
+        for team in teams:
+            bursting = team == teams[turn % len(teams)]
+            rows += arrivals(rng, team, window, busy if bursting else quiet, cluster, kinds[0])
+            rows += arrivals(rng, team, window, builds, cluster, kinds[1])
+    return rows
+
+
 def world_of(
     rows: list[dict[str, Any]],
     cluster: Cluster,

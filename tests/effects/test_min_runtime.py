@@ -38,7 +38,7 @@ import pytest
 from kai_ray.core import QueueInfo
 from kai_ray.sim.cluster import NODE_CPU, NODE_MEMORY
 
-from .streams import BUILD, Cluster, Kind, arrivals, world_of
+from .streams import BUILD, Cluster, Kind, taking_turns, world_of
 from .world import ALONE, HOUR, World, others_id, simulate, together
 
 MIN_RUNTIME = "min-runtime"  # the feature under test: not one of world.py's others
@@ -104,13 +104,7 @@ def _runs(others: frozenset[str]) -> Runs:
 
 def churny_world(seed: int, others: frozenset[str]) -> World:
     rng = random.Random(seed)
-    rows: list[dict[str, Any]] = []
-    for turn in range(TURNS):
-        window = (turn * TURN_S, (turn + 1) * TURN_S)
-        for team in TEAMS:
-            bursting = team == TEAMS[turn % len(TEAMS)]
-            rows += arrivals(rng, team, window, 0.9 if bursting else 0.3, CLUSTER, TRAINING)
-            rows += arrivals(rng, team, window, 0.3, CLUSTER, BUILDS)
+    rows = taking_turns(rng, TEAMS, TURNS, TURN_S, CLUSTER, (0.9, 0.3, 0.3), (TRAINING, BUILDS))
     half = CLUSTER.nodes / len(TEAMS)
     quota = (half * CLUSTER.gpus_per_node, half * NODE_CPU, half * NODE_MEMORY)
     return world_of(rows, CLUSTER, [QueueInfo(name=t, quota=quota) for t in TEAMS], others, seed)

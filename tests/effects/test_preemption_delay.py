@@ -34,7 +34,7 @@ from kai_ray.sim.cluster import team_queues
 from kai_ray.sim.engine import Options, Simulation
 from kai_ray.sim.policies import SimPolicy
 
-from .streams import BUILD, Cluster, Kind, arrivals, world_of
+from .streams import BUILD, Cluster, Kind, taking_turns, world_of
 from .world import ALONE, GPU_TYPES, HOUR, TYPES, WAIT_STEP_S, World, others_id, together
 
 PREEMPTION_DELAY = "preemption-delay"  # the feature under test: not one of world.py's others
@@ -96,13 +96,7 @@ def _runs(others: frozenset[str]) -> Runs:
 
 def growing_world(seed: int, others: frozenset[str]) -> World:
     rng = random.Random(seed)
-    rows: list[dict[str, Any]] = []
-    for turn in range(TURNS):
-        window = (turn * TURN_S, (turn + 1) * TURN_S)
-        for team in TEAMS:
-            bursting = team == TEAMS[turn % len(TEAMS)]
-            rows += arrivals(rng, team, window, 0.9 if bursting else 0.2, CLUSTER, TRAINING)
-            rows += arrivals(rng, team, window, 0.2, CLUSTER, BUILDS)
+    rows = taking_turns(rng, TEAMS, TURNS, TURN_S, CLUSTER, (0.9, 0.2, 0.2), (TRAINING, BUILDS))
     world = world_of(rows, CLUSTER, [], others, seed)
     return World(world.jobs, world.nodes, team_queues(TEAMS, world.nodes), world.config, world.estimates)
 
