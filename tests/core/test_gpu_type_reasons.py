@@ -16,7 +16,7 @@ def _two_types() -> ClusterBuilder:
 CASES = {
     "accepts one type, another is free": (
         _two_types()
-        .job("busy", "default", gpu=8)
+        .job("busy", "default", gpu=8, gpu_types=("H100",))  # H100 alone: nothing moves it
         .running("h0")
         .job("j", "default", gpu=4, gpu_types=("H100",))
         .pending(),
