@@ -96,13 +96,30 @@ def spec_gpu_types(spec: WorkloadSpec) -> tuple[str, ...]:
     return tuple(spec.accelerator_type) or tuple(resource_gpu_types(spec.resources_per_worker))
 
 
+def _gang_first(w: Workload) -> list[str]:
+    """The workload's task names in the order the core is to read them: the gang's
+    workers, then its elastic surplus, then those not placed. The core takes an elastic
+    job's last tasks as its surplus (one at a time, never protected by min runtime); a
+    gang placed again on other workers (a move) must not read as surplus, or the core
+    would take it back one worker at a time and the whole workload would stop."""
+    names = w.task_names()
+    if w.state is State.QUEUED or not w.slots:
+        return names
+
+    def rank(name: str) -> int:
+        slot = w.slots.get(name)
+        return 2 if slot is None else int(slot.surplus)
+
+    return sorted(names, key=rank)  # stable: worker order within each
+
+
 def job_info(w: Workload, node_label: str) -> JobInfo:
     """A live (non-terminal) workload as the core's JobInfo: one task per worker.
     `node_label`: the label every node carries with its own name (STRICT_PACK packs
     within one value of it)."""
     request = request_for(w.spec.resources_per_worker)
     tasks: list[TaskInfo] = []
-    for name in w.task_names():
+    for name in _gang_first(w):
         slot = w.slots.get(name)
         if slot is None or w.state is State.QUEUED:
             tasks.append(TaskInfo(name, TaskStatus.PENDING, request, since=w.since))

@@ -115,3 +115,23 @@ def test_a_take_back_of_a_task_not_left_pending_is_refused(
 ) -> None:
     with pytest.raises(PlanError, match=message):
         plan_cycle(result(*decisions), JOBS)  # type: ignore[arg-type]
+
+
+def test_the_core_reads_a_workloads_gang_first_and_its_surplus_last() -> None:
+    """A gang placed again on a later worker (a move started it on w1, and w0 grew as its
+    surplus) is listed first: the core takes an elastic job's last tasks as its surplus,
+    one at a time and never protected by min runtime, so it must not take the gang so."""
+    from kai_ray.control.snapshot import job_info
+    from kai_ray.control.workload import Slot, State, Workload, WorkloadSpec
+
+    spec = WorkloadSpec(queue="q", workers=3, min_workers=1, resources_per_worker={"GPU": 1})
+    w = Workload("wl", spec, created_at=0.0, state=State.RUNNING, since=10.0)
+    w.slots = {"w0": Slot("n0", "g/w0", surplus=True), "w1": Slot("n0", "g")}
+    info = job_info(w, "name")
+    assert [(t.name, t.status) for t in info.tasks] == [
+        ("w1", TaskStatus.RUNNING),
+        ("w0", TaskStatus.RUNNING),
+        ("w2", TaskStatus.PENDING),
+    ]
+    w.state, w.slots = State.QUEUED, {}
+    assert [t.name for t in job_info(w, "name").tasks] == ["w0", "w1", "w2"]
