@@ -100,6 +100,7 @@ class _Builder:
                 continue
             job = Job(info=info, queue=tree.index[info.queue], order=order)
             job.first_type_only = first_type_only(tree, job.queue, info)
+            job.limits_by_type = tree.names_gpu_types
             if info.node_selector:
                 job.selector = tuple(sorted(info.node_selector.items()))
             tasks = info.tasks

@@ -237,6 +237,8 @@ class Job:
     pending_count: int = 0  # tasks Pending; kept by the Statement
     # It tries its first GPU type alone until the actions are done (queues.first_type_only).
     first_type_only: bool = False
+    # Its queue's per-type limits and quotas may refuse its gang a type (QueueTree.names_gpu_types).
+    limits_by_type: bool = False
     # Search keys (failedsearches.search_key) by (action, tasks) while no task is active:
     # fixed then for a uniform job, so a job kept between cycles (incremental/) keys once.
     keys: dict[tuple[str, int], tuple[object, ...]] | None = None

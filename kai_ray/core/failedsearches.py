@@ -45,8 +45,10 @@ class Grounds:
 
 def _free_room(job: Job) -> tuple[object, ...]:
     # Allocate checks the queue's limit and quota before looking the key up, and places
-    # on free room alone.
-    return ()
+    # on free room, less the GPU types whose per-type limit (or, for non-preemptible
+    # work, quota) the gang would pass: that check (TypedQueues.blocked) reads the queue
+    # and the job's preemptibility, wherever some queue names a type.
+    return (job.queue, job.info.preemptible) if job.limits_by_type else ()
 
 
 def _moves(job: Job) -> tuple[object, ...]:

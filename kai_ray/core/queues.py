@@ -66,6 +66,9 @@ class QueueTree:
     # Per queue, how its work that accepts several GPU types picks one: from the queue
     # upward, the first that says (default: GpuTypeFungibility()).
     type_fungibility: tuple[GpuTypeFungibility, ...] = ()
+    # Some queue names a GPU type (QueueInfo.gpu_types): then every queue has a quota and
+    # a limit of each type named, which the placement of a GPU gang reads (typedqueues.py).
+    names_gpu_types: bool = False
     # Queues with a parent, deepest first (index order within a depth): the order that
     # adds each queue's figures into its parent's.
     bottom_up: tuple[int, ...] = ()
@@ -135,6 +138,7 @@ def build_queue_tree(queues: Sequence[QueueInfo]) -> QueueTree:
         limited=tuple(any(has_limit[a] for a in path) for path in ancestors),
         runtime_defaults=tuple((q.expected_runtime, q.max_runtime) for q in queues),
         type_fungibility=tuple(_inherited_fungibility(path, queues) for path in ancestors),
+        names_gpu_types=any(q.gpu_types for q in queues),
         bottom_up=tuple(
             q for q in sorted(range(len(queues)), key=lambda q: -len(ancestors[q])) if parent[q] >= 0
         ),

@@ -41,9 +41,12 @@ def explain_unplaced(placer: Placer, tasks: Sequence[Task]) -> Reason:
         if too_big is not None:
             return too_big
     said = type_words(placer, job)
-    limits, every_type = _type_limits(placer, job, tasks)
+    refusals, every_type = _type_limits(placer, job, tasks)
+    limits = [r.text for r in refusals]
     if limits and every_type:
-        return Reason("queue-limit", "; ".join([*limits, said] if said else limits))
+        # A quota refuses only non-preemptible work: its code where no limit refuses too.
+        code = "queue-quota" if all(r.code == "queue-quota" for r in refusals) else "queue-limit"
+        return Reason(code, "; ".join([*limits, said] if said else limits))
     reason = _explain(placer, tasks)
     if reason.code == "gpu-type":
         return reason
@@ -51,7 +54,7 @@ def explain_unplaced(placer: Placer, tasks: Sequence[Task]) -> Reason:
     return Reason(reason.code, f"{reason.text}; {said}") if said else reason
 
 
-def _type_limits(placer: Placer, job: Job, tasks: Sequence[Task]) -> tuple[list[str], bool]:
+def _type_limits(placer: Placer, job: Job, tasks: Sequence[Task]) -> tuple[list[Reason], bool]:
     """What the queue's per-type limits (or quotas) say of the types the gang might take,
     and whether they refuse every one of them (typedqueues.py)."""
     typed, types = placer.state.usage.typed, placer.gpu_types
@@ -60,7 +63,7 @@ def _type_limits(placer: Placer, job: Job, tasks: Sequence[Task]) -> tuple[list[
     order = placer.type_candidates(job)
     gpus = gpus_of(tasks)
     said = [typed.blocked(job, t, gpus) for t in order]
-    return [w for w in said if w], bool(order) and all(said)
+    return [r for r in said if r is not None], bool(order) and all(said)
 
 
 def _explain(placer: Placer, tasks: Sequence[Task]) -> Reason:

@@ -18,7 +18,7 @@ import numpy as np
 from kai_ray.core.cluster import ClusterState, FloatArray, Job, Task
 from kai_ray.core.fairshare import compute_fair_shares
 from kai_ray.core.gputypes import GpuTypes
-from kai_ray.core.model import UNLIMITED, QueueInfo, TaskStatus
+from kai_ray.core.model import UNLIMITED, QueueInfo, Reason, TaskStatus
 from kai_ray.core.words import number
 
 __all__ = ["TypedQueues", "typed_queues"]
@@ -238,19 +238,22 @@ class TypedQueues:
 
     # ------------------------------------------------------------ the rules
 
-    def blocked(self, job: Job, type_id: int, gpus: float) -> str:
+    def blocked(self, job: Job, type_id: int, gpus: float) -> Reason | None:
         """Why `gpus` more of this type would take the job's queue, or one above it, over
-        its limit of the type (or, for a non-preemptible job, over its quota of it): the
-        words, or "" when they may."""
+        its limit of the type ("queue-limit"), or, for a non-preemptible job, over its
+        quota of it ("queue-quota", as capacity.py says it without types); None when they
+        may. Reads the job's queue and preemptibility: both in allocate's search key
+        (failedsearches._free_room)."""
         c = self._column[type_id]
         if c < 0:
-            return ""
+            return None
         name, tree = self.names[c], self.state.tree
         for q in tree.ancestors[job.queue]:
             held, limit = self.allocated[q][c], self._limit[q][c]
             if limit != UNLIMITED and held + gpus > limit + EPS:
-                return (
-                    f"queue {tree.names[q]} is at its {name} limit of {number(limit)} (holds {number(held)})"
+                return Reason(
+                    "queue-limit",
+                    f"queue {tree.names[q]} is at its {name} limit of {number(limit)} (holds {number(held)})",
                 )
             quota = self._quota[q][c]
             if (
@@ -258,11 +261,12 @@ class TypedQueues:
                 and quota != UNLIMITED
                 and self.nonpreemptible[q][c] + gpus > quota + EPS
             ):
-                return (
+                return Reason(
+                    "queue-quota",
                     f"queue {tree.names[q]} would go over its {name} quota of {number(quota)} with "
-                    f"non-preemptible work (holds {number(self.nonpreemptible[q][c])})"
+                    f"non-preemptible work (holds {number(self.nonpreemptible[q][c])})",
                 )
-        return ""
+        return None
 
     def borrows(self, queue: int, type_id: int, gpus: float) -> bool:
         """Whether `gpus` more of the type take the queue over its own quota of it (a type

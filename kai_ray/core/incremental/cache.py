@@ -433,6 +433,7 @@ def _make_job(info: JobInfo, state: ClusterState, requests: RequestCache) -> Job
     nodes = state.nodes
     job = Job(info=info, queue=state.tree.index[info.queue], order=0)
     job.first_type_only = first_type_only(state.tree, job.queue, info)
+    job.limits_by_type = state.tree.names_gpu_types
     if info.node_selector:
         job.selector = tuple(sorted(info.node_selector.items()))
     constrain(job)
