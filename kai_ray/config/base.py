@@ -11,7 +11,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, model_validator
 from pydantic.alias_generators import to_camel
 
 from kai_ray.config.errors import ConfigError
-from kai_ray.core.quantity import parse_duration, parse_quantity
+from kai_ray.core.model.quantity import parse_duration, parse_quantity
 
 __all__ = [
     "Duration",

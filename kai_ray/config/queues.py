@@ -27,7 +27,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from kai_ray.config.base import Duration, Quantity, StrictModel, read_yaml_documents
 from kai_ray.config.errors import ConfigError, from_validation_error
-from kai_ray.core.model import (
+from kai_ray.core.model.quantity import format_bytes, parse_run_time
+from kai_ray.core.model.snapshot import (
     BORROW,
     RESOURCES,
     TRY_NEXT_TYPE,
@@ -36,8 +37,7 @@ from kai_ray.core.model import (
     GpuTypeShare,
     QueueInfo,
 )
-from kai_ray.core.quantity import format_bytes, parse_run_time
-from kai_ray.core.queues import QueueTreeError, build_queue_tree, resource_problem
+from kai_ray.core.state.queues import QueueTreeError, build_queue_tree, resource_problem
 
 __all__ = [
     "KAI_API_VERSION",

@@ -12,8 +12,8 @@ from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
 from kai_ray.config.base import Duration, StrictModel, read_yaml
 from kai_ray.config.errors import ConfigError, from_validation_error
-from kai_ray.core.model import DEFAULT_ACTIONS, SchedulerConfig, Topology
-from kai_ray.core.quantity import parse_duration
+from kai_ray.core.model.quantity import parse_duration
+from kai_ray.core.model.snapshot import DEFAULT_ACTIONS, SchedulerConfig, Topology
 
 __all__ = [
     "PlacementSpec",

@@ -4,7 +4,7 @@ same thing the same way, and a mistake is reported with the same words.
 
 The shape is Kubernetes': a list of terms, each `{matchExpressions: [...], matchFields:
 [...]}`, each entry `{key, operator, values}`. What may be wrong in an entry (an unknown
-operator, Gt with a non-integer) is the core's rule (kai_ray.core.affinity); this module
+operator, Gt with a non-integer) is the core's rule (kai_ray.core.model.affinity); this module
 adds where it is (`nodeSelectorTerms[0].matchExpressions[1]`).
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kai_ray.core.affinity import NodeAffinity, NodeRequirement, NodeSelectorTerm
+from kai_ray.core.model.affinity import NodeAffinity, NodeRequirement, NodeSelectorTerm
 
 __all__ = ["node_affinity", "read_terms"]
 

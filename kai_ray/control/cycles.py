@@ -29,7 +29,7 @@ from kai_ray.core import (
     SchedulerConfig,
     run_cycle,
 )
-from kai_ray.core.policy import DEFAULT_POLICY, Policy
+from kai_ray.core.rules.policy import DEFAULT_POLICY, Policy
 
 __all__ = [
     "CHECK_INCREMENTAL_ENV",

@@ -47,8 +47,8 @@ from kai_ray.core import (
     TaskStatus,
 )
 from kai_ray.core.cycle import paused_collection
-from kai_ray.core.runtimes import expected_end
-from kai_ray.core.words import listed
+from kai_ray.core.model.runtimes import expected_end
+from kai_ray.core.model.words import listed
 
 __all__ = ["FORECAST_EVERY_S", "HORIZON_S", "Eta", "Forecaster", "forecast"]
 

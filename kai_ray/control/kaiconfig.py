@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from kai_ray.control.kaiobjects import FIX, KaiSnapshotError, Notes, as_list, as_map
 from kai_ray.core import DEFAULT_ACTIONS, SchedulerConfig
-from kai_ray.core.quantity import QuantityError, parse_duration
+from kai_ray.core.model.quantity import QuantityError, parse_duration
 
 __all__ = ["DEFAULT_PLUGINS", "KaiParams", "read_kai_config"]
 

@@ -43,7 +43,7 @@ from kai_ray.control.kaipods import (
     pod_task,
 )
 from kai_ray.core import HOSTNAME_LABEL, JobInfo, NodeInfo, Topology, TopologyConstraint
-from kai_ray.core.subgroups import info_shortfall
+from kai_ray.core.model.subgroups import info_shortfall
 
 __all__ = ["JobContext", "KaiJobs", "read_jobs"]
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from kai_ray.core.words import listed
+from kai_ray.core.model.words import listed
 
 __all__ = [
     "FIX",

@@ -46,7 +46,7 @@ from kai_ray.control.kaiobjects import (
 )
 from kai_ray.control.kubenodes import GPU_MEMORY_LABEL, node_info, outside_use
 from kai_ray.core import ClusterSnapshot, NodeInfo, QueueInfo, SchedulerConfig, Topology
-from kai_ray.core.quantity import QuantityError
+from kai_ray.core.model.quantity import QuantityError
 
 __all__ = [
     "CLOCK_KEY",

@@ -12,7 +12,7 @@ from typing import Any
 
 from kai_ray.control.podrequests import GPU_RESOURCE, pod_request
 from kai_ray.core import DEFAULT_GPU_TYPE, NodeInfo
-from kai_ray.core.quantity import parse_quantity
+from kai_ray.core.model.quantity import parse_quantity
 
 __all__ = [
     "DEFAULT_GPU_MEMORY",

@@ -24,7 +24,7 @@ from kai_ray.control.planner import Plan
 from kai_ray.control.views import Holding, WorkloadView
 from kai_ray.control.workload import State
 from kai_ray.core import ClusterSnapshot, CycleResult, JobInfo, NodeInfo, Reason, TaskStatus
-from kai_ray.core.subgroups import info_shortfall
+from kai_ray.core.model.subgroups import info_shortfall
 
 __all__ = ["Facts", "ObservedLifecycle", "observed_state"]
 

@@ -16,8 +16,8 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kai_ray.core.model import Request
-from kai_ray.core.quantity import QuantityError, parse_quantity
+from kai_ray.core.model.quantity import QuantityError, parse_quantity
+from kai_ray.core.model.snapshot import Request
 
 __all__ = [
     "GPU_FRACTION",

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kai_ray.core import GpuTypeFungibility, GpuTypeShare, QueueInfo
-from kai_ray.core.queues import QueueTreeError, build_queue_tree
-from kai_ray.core.words import listed
+from kai_ray.core.model.words import listed
+from kai_ray.core.state.queues import QueueTreeError, build_queue_tree
 
 __all__ = [
     "QueueChange",

@@ -4,7 +4,7 @@ Kubernetes operator, each describe a workload to the core as a JobInfo whose
 `expected_runtime` and `max_runtime` they fill from it; the forecast of when waiting
 work starts (kai_ray.control.forecast) asks `Runtimes.expected` here.
 
-An estimate follows the one rule of kai_ray.core.runtimes (declared, history, queue
+An estimate follows the one rule of kai_ray.core.model.runtimes (declared, history, queue
 default, max runtime, none); the history is kept here (`RuntimeHistory`: the median run
 time of the last workloads of the same queue and shape that finished, a shape being
 the task count and request per task).
@@ -18,7 +18,7 @@ from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 
 from kai_ray.core import JobInfo, QueueInfo, Request
-from kai_ray.core.runtimes import estimate_runtime
+from kai_ray.core.model.runtimes import estimate_runtime
 
 __all__ = [
     "HISTORY_KEPT",
@@ -115,7 +115,7 @@ class Runtimes:
         self._queues = {q.name: q for q in queues}
 
     def expected(self, job: JobInfo) -> Estimate:
-        """The estimate by the one rule (kai_ray.core.runtimes), with this history."""
+        """The estimate by the one rule (kai_ray.core.model.runtimes), with this history."""
         past = None if job.expected_runtime is not None else self.history.median(job)
         queue = self._queues.get(job.queue)
         seconds, source = estimate_runtime(

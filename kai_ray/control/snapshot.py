@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from kai_ray.control.workload import HOLDING, SlotState, State, Workload, WorkloadSpec
 from kai_ray.core import JobInfo, NodeInfo, Request, TaskInfo, TaskStatus, TopologyConstraint, device_share
-from kai_ray.core.quantity import parse_quantity
+from kai_ray.core.model.quantity import parse_quantity
 
 __all__ = [
     "ACCELERATOR_PREFIX",

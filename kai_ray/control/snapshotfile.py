@@ -8,7 +8,7 @@ scheduler configuration if asked. The format is documented in docs/simulator.md:
      "config": {...SchedulerConfig...}, "nodes": [...], "queues": [...], "jobs": [...],
      "usage": {"queue": [gpu, cpu, memory]}}
 
-Every object's fields are the core's (kai_ray.core.model), enums by value.
+Every object's fields are the core's (kai_ray.core.model.snapshot), enums by value.
 """
 
 from __future__ import annotations

@@ -20,8 +20,8 @@ from kai_ray.control.snapshot import (
 )
 from kai_ray.control.workload import Workload, WorkloadSpec
 from kai_ray.core import NodeInfo, QueueInfo, Request, device_share, gang_never_fits
-from kai_ray.core.quantity import parse_run_time
-from kai_ray.core.queues import leaf_queue_problem, listing
+from kai_ray.core.model.quantity import parse_run_time
+from kai_ray.core.state.queues import leaf_queue_problem, listing
 
 __all__ = [
     "STRATEGIES",

@@ -1,10 +1,10 @@
 """The pure scheduling core: state in, decisions and reasons out. No Ray, no I/O, no clock."""
 
 from kai_ray.core.cycle import run_cycle
-from kai_ray.core.emptyfit import NEVER_FITS, EmptyRoom, empty_room, gang_never_fits
-from kai_ray.core.gpushare import device_share
 from kai_ray.core.incremental import CycleCache
-from kai_ray.core.model import (
+from kai_ray.core.model.gpushare import device_share
+from kai_ray.core.model.quantity import QuantityError, format_bytes, parse_duration, parse_quantity
+from kai_ray.core.model.snapshot import (
     BORROW,
     CPU,
     DEFAULT_ACTIONS,
@@ -43,8 +43,8 @@ from kai_ray.core.model import (
     Topology,
     TopologyConstraint,
 )
-from kai_ray.core.quantity import QuantityError, format_bytes, parse_duration, parse_quantity
-from kai_ray.core.queues import QueueTreeError
+from kai_ray.core.rules.emptyfit import NEVER_FITS, EmptyRoom, empty_room, gang_never_fits
+from kai_ray.core.state.queues import QueueTreeError
 
 __all__ = [
     "BORROW",

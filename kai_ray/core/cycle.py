@@ -8,15 +8,11 @@ from collections.abc import Callable, Collection, Iterator
 
 import numpy as np
 
-from kai_ray.core.allocate import allocate, allocate_gangs
-from kai_ray.core.build import build_state
-from kai_ray.core.cluster import ClusterState, FloatArray, Job, cluster_total
-from kai_ray.core.context import CycleContext
-from kai_ray.core.evictions import EVICTION_ACTIONS
-from kai_ray.core.fairshare import FairShares, compute_fair_shares
+from kai_ray.core.actions.allocate import allocate, allocate_gangs
+from kai_ray.core.actions.evictions import EVICTION_ACTIONS
 from kai_ray.core.incremental import CycleCache
 from kai_ray.core.incremental.gangs import KeptGangs
-from kai_ray.core.model import (
+from kai_ray.core.model.snapshot import (
     Bind,
     ClusterSnapshot,
     CycleResult,
@@ -29,11 +25,17 @@ from kai_ray.core.model import (
     TakeBack,
     TaskStatus,
 )
-from kai_ray.core.placement import Placer
-from kai_ray.core.policy import DEFAULT_POLICY, Policy
-from kai_ray.core.queues import build_queue_tree, fungibility_modes
-from kai_ray.core.statement import Statement
-from kai_ray.core.typedqueues import typed_queues
+from kai_ray.core.rules.fairshare import FairShares, compute_fair_shares
+from kai_ray.core.rules.placement import Placer
+from kai_ray.core.rules.policy import DEFAULT_POLICY, Policy
+from kai_ray.core.rules.typedqueues import typed_queues
+from kai_ray.core.session.context import CycleContext, later_session
+from kai_ray.core.state.build import build_state
+from kai_ray.core.state.cluster import ClusterState
+from kai_ray.core.state.jobs import Job
+from kai_ray.core.state.nodes import FloatArray, cluster_total
+from kai_ray.core.state.queues import build_queue_tree, fungibility_modes
+from kai_ray.core.state.statement import Statement
 
 __all__ = [
     "ACTIONS",
@@ -161,26 +163,31 @@ def take_later_types(ctx: CycleContext) -> None:
     first GPU type (whenCanPreempt Preempt) that still wait, every action done, try their
     later types as Kueue tries the next flavor: their free room first, then the actions
     that evict again, for these jobs alone. A cycle cache's lines and failures are of the
-    first pass: not read here."""
+    first pass: this pass runs in a session of its own, without them."""
     if not fungibility_modes(ctx.state.tree)[1]:
         return
     held = [j for j in ctx.state.maybe_pending() if j.first_type_only and _waits(j)]
     if not held or not ctx.placer.gpu_types.several:
         return
-    kept, line = ctx.kept, ctx.line
-    ctx.placer.later_types, ctx.kept, ctx.line = True, None, None
-    for job in held:  # what they ask of their queue's rank was read on their first type
-        ctx.forget(job)
-    try:
-        allocate_gangs(ctx, held)
+    with ctx.placer.taking_later_types(), _asked_again(ctx, held):
+        allocate_gangs(later_session(ctx, held), held)
         ctx.stmt.commit()
         for name in ctx.config.actions:
-            ctx.only = [j for j in held if _waits(j)]
-            if ctx.only and name in EVICTION_ACTIONS and name != "stalegangeviction":
-                run_action(ctx, name)
+            waiting = [j for j in held if _waits(j)]
+            if waiting and name in EVICTION_ACTIONS and name != "stalegangeviction":
+                run_action(later_session(ctx, waiting), name)
+
+
+@contextlib.contextmanager
+def _asked_again(ctx: CycleContext, jobs: list[Job]) -> Iterator[None]:
+    """What these jobs ask of their queue's rank was read on their first type: read
+    again while they may take their later types, and after."""
+    for job in jobs:
+        ctx.forget(job)
+    try:
+        yield
     finally:
-        ctx.placer.later_types, ctx.kept, ctx.line, ctx.only = False, kept, line, None
-        for job in held:
+        for job in jobs:
             ctx.forget(job)
 
 

@@ -23,8 +23,8 @@ from kai_ray.config.priority import (
 from kai_ray.control.affinity import node_affinity, read_terms
 from kai_ray.control.gputypes import gang_gpu_types
 from kai_ray.control.kubenodes import GPU_PRODUCT_LABEL
-from kai_ray.core.model import NodeAffinity, NodeSelectorTerm, Request, TopologyConstraint
-from kai_ray.core.quantity import parse_run_time
+from kai_ray.core.model.quantity import parse_run_time
+from kai_ray.core.model.snapshot import NodeAffinity, NodeSelectorTerm, Request, TopologyConstraint
 from kai_ray.k8s.owners import (
     Known,
     Lineage,

@@ -17,7 +17,7 @@ from typing import Any
 from kai_ray.config.errors import ConfigError
 from kai_ray.config.queues import KAI_API_VERSION, KAI_RAY_KUBE_API_VERSION, parse_queue_object
 from kai_ray.core import QueueInfo
-from kai_ray.core.queues import QueueTreeError, build_queue_tree
+from kai_ray.core.state.queues import QueueTreeError, build_queue_tree
 
 __all__ = ["KAI_RAY_QUEUE_API", "QueueSet", "read_queues"]
 

@@ -6,7 +6,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kai_ray.core.model import JobInfo, TaskInfo
+from kai_ray.core.model.snapshot import JobInfo, TaskInfo
 from kai_ray.scenario.symbols import GpuSymbols
 
 __all__ = ["JobExpectation", "Mismatch", "TaskExpectation", "compare"]

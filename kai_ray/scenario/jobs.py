@@ -9,7 +9,7 @@ from kai_ray.config.errors import ConfigError
 from kai_ray.config.priority import PriorityClasses, UnknownPriorityClassError
 from kai_ray.control.affinity import node_affinity, read_terms
 from kai_ray.control.validate import listing, queue_problem
-from kai_ray.core.model import (
+from kai_ray.core.model.snapshot import (
     HOSTNAME_LABEL,
     JobInfo,
     NodeAffinity,
@@ -21,7 +21,7 @@ from kai_ray.core.model import (
     Topology,
     TopologyConstraint,
 )
-from kai_ray.core.words import count
+from kai_ray.core.model.words import count
 from kai_ray.scenario.schema import JobSpec, TaskCountSpec, TaskSpec, TopologyRefSpec
 from kai_ray.scenario.symbols import GpuSymbols
 

@@ -21,7 +21,7 @@ from kai_ray.config.errors import ConfigError, from_validation_error
 from kai_ray.config.priority import PriorityClasses
 from kai_ray.config.queues import check_queue_tree, queue_info
 from kai_ray.config.scheduler import to_scheduler_config
-from kai_ray.core.model import (
+from kai_ray.core.model.snapshot import (
     UNLIMITED,
     ClusterSnapshot,
     JobInfo,
@@ -29,7 +29,7 @@ from kai_ray.core.model import (
     QueueInfo,
     SchedulerConfig,
 )
-from kai_ray.core.words import count
+from kai_ray.core.model.words import count
 from kai_ray.scenario.expect import JobExpectation, TaskExpectation
 from kai_ray.scenario.jobs import JobContext, build_job, listing
 from kai_ray.scenario.schema import (

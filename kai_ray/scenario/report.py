@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kai_ray.config.errors import ConfigError
-from kai_ray.core.model import TaskStatus
+from kai_ray.core.model.snapshot import TaskStatus
 from kai_ray.scenario.runner import ScenarioResult
 
 __all__ = ["final_state", "report_json", "result_json", "text_lines"]

@@ -30,7 +30,7 @@ from kai_ray.control.events import ControlEvent
 from kai_ray.control.loop import SchedulingLoop
 from kai_ray.control.planner import Plan, PlanError, plan_cycle
 from kai_ray.control.views import WorkloadView
-from kai_ray.core.model import (
+from kai_ray.core.model.snapshot import (
     Bind,
     ClusterSnapshot,
     CycleResult,
@@ -40,7 +40,7 @@ from kai_ray.core.model import (
     TaskInfo,
     TaskStatus,
 )
-from kai_ray.core.subgroups import info_shortfall
+from kai_ray.core.model.subgroups import info_shortfall
 from kai_ray.scenario.expect import Mismatch, compare
 from kai_ray.scenario.loader import Scenario
 from kai_ray.scenario.symbols import GpuSymbols

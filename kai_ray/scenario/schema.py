@@ -15,7 +15,7 @@ from kai_ray.config.base import Duration, Labels, Quantity, StrictModel
 from kai_ray.config.priority import PriorityClassSpec
 from kai_ray.config.queues import QueueBody
 from kai_ray.config.scheduler import SchedulerOptions, TopologySpec, check_actions
-from kai_ray.core.model import DEFAULT_ACTIONS, DEFAULT_GPU_TYPE, REASON_CODES, NodeInfo
+from kai_ray.core.model.snapshot import DEFAULT_ACTIONS, DEFAULT_GPU_TYPE, REASON_CODES, NodeInfo
 
 __all__ = [
     "MAX_GPUS_PER_NODE",

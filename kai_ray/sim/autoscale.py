@@ -28,7 +28,7 @@ from kai_ray.control.demand import room_would_help
 from kai_ray.control.workload import State, Workload
 from kai_ray.core import DEFAULT_GPU_TYPE, HOSTNAME_LABEL, NodeInfo
 from kai_ray.sim.cluster import NODE_CPU, NODE_MEMORY
-from kai_ray.sim.commands import parse_duration
+from kai_ray.sim.durations import parse_duration
 from kai_ray.sim.gputypes import GPU_TYPE_FIX, gpu_type_problem
 from kai_ray.sim.ports import Amount
 

@@ -12,7 +12,7 @@ from kai_ray.config.base import read_yaml
 from kai_ray.config.errors import ConfigError
 from kai_ray.config.queues import load_queues
 from kai_ray.core import DEFAULT_GPU_TYPE, HOSTNAME_LABEL, NodeInfo, QueueInfo
-from kai_ray.core.quantity import parse_quantity
+from kai_ray.core.model.quantity import parse_quantity
 from kai_ray.sim.gputypes import GPU_TYPE_FIX, comma_types, gpu_type_problem
 
 __all__ = ["NODE_CPU", "NODE_MEMORY", "parse_cluster", "sim_queues", "team_queues"]

@@ -4,7 +4,6 @@ or replay one scheduling cycle from a snapshot file (`--snapshot`)."""
 from __future__ import annotations
 
 import argparse
-import re
 import resource
 import sys
 import time
@@ -12,19 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from kai_ray.config.errors import ConfigError
+from kai_ray.sim.durations import parse_duration
 
+# parse_duration lives in durations.py (the autoscaler reads it too); named here as before.
 __all__ = ["add_commands", "parse_duration"]
-
-_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
-
-
-def parse_duration(value: str, flag: str) -> float:
-    """Seconds from `90`, `90s`, `15m`, `12h`, `30d`, `2w`."""
-    m = _DURATION.match(value)
-    if not m:
-        raise ConfigError(f"{value!r} is not a duration; write seconds or e.g. 30d, 12h, 2w", field=flag)
-    return float(m.group(1)) * _UNITS[m.group(2)]
 
 
 def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

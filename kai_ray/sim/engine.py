@@ -41,11 +41,12 @@ from kai_ray.control.workload import State, WorkloadSpec, group_owner
 from kai_ray.core import CycleResult, Evict, NodeInfo, Pipeline, QueueInfo
 from kai_ray.sim.autoscale import Autoscaler, NodeShape, delay_ends, largest_growth, too_big
 from kai_ray.sim.gputypes import TypeRoom
+from kai_ray.sim.jobs import JobRun, SimJob
 from kai_ray.sim.metrics import Metrics
 from kai_ray.sim.policies import POOL_QUEUE, SimPolicy
 from kai_ray.sim.ports import Amount, ByType, NullStore, SimExecutor
-from kai_ray.sim.trace import SimJob
 
+# JobRun lives in jobs.py (metrics.py and gputypes.py name it); named here as before.
 __all__ = ["DEFAULT_CHECKPOINT_S", "DEFAULT_PERIOD_S", "JobRun", "Options", "Simulation"]
 
 DEFAULT_CHECKPOINT_S = 1800.0  # a job checkpoints every 30 minutes of its run time
@@ -75,25 +76,6 @@ class Options:
     # An autoscaler (autoscale.py): the shape of the nodes it adds, how many at most, after
     # what latency, and when it removes them. None: the cluster is fixed.
     autoscale: NodeShape | None = None
-
-
-@dataclass(slots=True)
-class JobRun:
-    """A job's life in one simulation."""
-
-    job: SimJob
-    team: str
-    remaining: float
-    gpus: float = 0.0  # held now
-    started: float | None = None  # the current run's start
-    first_start: float | None = None
-    finished: float | None = None
-    preemptions: int = 0
-    lost_gpu_s: float = 0.0
-    rejected: str = ""
-    forecast: float | None = None  # its forecast start, taken when it was submitted
-    forecast_taken: bool = False
-    ran_on: set[str] = field(default_factory=set)  # the GPU types it has held GPUs of
 
 
 @dataclass

@@ -20,7 +20,7 @@ from kai_ray.core import NodeInfo
 from kai_ray.sim.series import StepSeries
 
 if TYPE_CHECKING:
-    from kai_ray.sim.engine import JobRun
+    from kai_ray.sim.jobs import JobRun
 
 __all__ = [
     "GPU_TYPE_FIX",

@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from kai_ray.core import CycleResult, NodeInfo, QueueInfo
-from kai_ray.core.fairshare import compute_fair_shares
-from kai_ray.core.queues import build_queue_tree
+from kai_ray.core.rules.fairshare import compute_fair_shares
+from kai_ray.core.state.queues import build_queue_tree
 from kai_ray.sim.gputypes import TypeUsage, held_share
 from kai_ray.sim.policies import SimPolicy
 from kai_ray.sim.series import StepSeries
 
 if TYPE_CHECKING:
-    from kai_ray.sim.engine import JobRun
+    from kai_ray.sim.jobs import JobRun
 
 __all__ = ["EVENT_COLUMNS", "Metrics", "stats"]
 

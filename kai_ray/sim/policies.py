@@ -1,5 +1,5 @@
 """The policies a simulation compares. Each is the same core with another configuration
-or another set of policy hooks (kai_ray.core.policy): nothing here decides placement.
+or another set of policy hooks (kai_ray.core.rules.policy): nothing here decides placement.
 
 - fifo: the baseline. One queue holding every job, served in submission order (a job
   that does not fit is skipped, so smaller jobs behind it may start: first fit in FIFO
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from kai_ray.config.errors import ConfigError
 from kai_ray.control.cycles import CycleFn, cycle_function
 from kai_ray.core import QueueInfo, SchedulerConfig
-from kai_ray.core.cluster import Job
-from kai_ray.core.policy import DEFAULT_POLICY, Policy
+from kai_ray.core.rules.policy import DEFAULT_POLICY, Policy
+from kai_ray.core.state.jobs import Job
 
 __all__ = ["POLICIES", "POOL_QUEUE", "SimPolicy", "make_policy", "with_reservations"]
 

@@ -11,15 +11,16 @@ import csv
 import gzip
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
 from kai_ray.config.errors import ConfigError
-from kai_ray.core.quantity import parse_quantity
+from kai_ray.core.model.quantity import parse_quantity
 from kai_ray.sim.gputypes import GPU_TYPE_FIX, split_gpu_types
+from kai_ray.sim.jobs import SimJob
 
+# SimJob lives in jobs.py, beside the JobRun that holds one; named here as before.
 __all__ = ["GENERIC_COLUMNS", "PHILLY_COLUMNS", "SimJob", "TraceError", "read_trace"]
 
 PHILLY_COLUMNS = ("timestamp", "duration", "num_gpus", "gpu_time", "cluster")
@@ -41,28 +42,6 @@ PHILLY_NODE_GPUS = 8  # Philly's machines: a job over 8 GPUs spans nodes of 8
 
 class TraceError(ConfigError):
     """A trace row the simulator cannot read (file, line, column, fix)."""
-
-
-@dataclass(slots=True)
-class SimJob:
-    """One job of a trace. Per-worker resources; `workers` workers of which `min_workers`
-    form the gang (0: all of them). Times in seconds from the trace's first submission."""
-
-    id: str
-    submit: float
-    duration: float
-    queue: str
-    workers: int = 1
-    gpus: float = 0.0  # per worker
-    cpu: float = 0.0  # per worker
-    memory: float = 0.0  # bytes per worker
-    priority: int = 50
-    min_workers: int = 0
-    gpu_types: tuple[str, ...] = ()  # the GPU types it accepts, most preferred first; (): any
-
-    @property
-    def total_gpus(self) -> float:
-        return self.gpus * self.workers
 
 
 def read_trace(path: str | Path, start: float | None = None, end: float | None = None) -> list[SimJob]:

@@ -21,7 +21,7 @@ from kai_ray.core import (
     GpuTypeShare,
     QueueInfo,
 )
-from kai_ray.core.queues import QueueTreeError, build_queue_tree
+from kai_ray.core.state.queues import QueueTreeError, build_queue_tree
 
 from .test_queues import kai, one, own
 

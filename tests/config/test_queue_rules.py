@@ -9,7 +9,7 @@ import pytest
 
 from kai_ray.config import ConfigError, parse_queues
 from kai_ray.core import QueueInfo
-from kai_ray.core.queues import QueueTreeError, build_queue_tree
+from kai_ray.core.state.queues import QueueTreeError, build_queue_tree
 
 CASES = [
     ({"quota": -2}, "resources.gpu.quota is -2; use a value >= 0, or -1 for the whole cluster"),

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from kai_ray.config import ConfigError, load_queues, parse_queues
-from kai_ray.core.model import UNLIMITED, QueueInfo
+from kai_ray.core.model.snapshot import UNLIMITED, QueueInfo
 
 GI = 1024.0**3
 

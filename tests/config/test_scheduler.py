@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from kai_ray.config import ConfigError, load_scheduler_config, parse_scheduler_config
-from kai_ray.core.model import DEFAULT_ACTIONS, SchedulerConfig, Topology
+from kai_ray.core.model.snapshot import DEFAULT_ACTIONS, SchedulerConfig, Topology
 
 
 def test_no_options_gives_every_default() -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kai_ray.core.accounting import QueueCount, queue_count
-from kai_ray.core.model import TaskStatus
+from kai_ray.core.model.snapshot import TaskStatus
+from kai_ray.core.state.accounting import QueueCount, queue_count
 
 
 @pytest.mark.parametrize(

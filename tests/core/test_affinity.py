@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pytest
 
 from kai_ray.core import NodeAffinity, NodeRequirement, SchedulerConfig, run_cycle
-from kai_ray.core.affinity import describe_affinity, requirement_matches
+from kai_ray.core.model.affinity import describe_affinity, requirement_matches
 
 from .builders import ClusterBuilder, affinity, cycle, name_req, outcome, req
 

@@ -8,8 +8,8 @@ from dataclasses import replace
 import pytest
 
 from kai_ray.core import SchedulerConfig, run_cycle
-from kai_ray.core.cluster import Job
-from kai_ray.core.policy import DEFAULT_POLICY, job_order_key
+from kai_ray.core.rules.policy import DEFAULT_POLICY, job_order_key
+from kai_ray.core.state.jobs import Job
 
 from .builders import ClusterBuilder
 

@@ -8,9 +8,9 @@ import dataclasses
 import gc
 
 from kai_ray.core import UNLIMITED, CycleCache, QueueInfo, SchedulerConfig, TaskStatus, run_cycle
-from kai_ray.core.cluster import Job
-from kai_ray.core.model import Bind, Evict
-from kai_ray.core.policy import DEFAULT_POLICY, Policy
+from kai_ray.core.model.snapshot import Bind, Evict
+from kai_ray.core.rules.policy import DEFAULT_POLICY, Policy
+from kai_ray.core.state.jobs import Job
 from tests.core.test_incremental import World, both, node
 
 

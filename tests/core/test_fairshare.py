@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kai_ray.core.fairshare import FairShares, compute_fair_shares
-from kai_ray.core.model import QueueInfo
-from kai_ray.core.queues import QueueTree, build_queue_tree
+from kai_ray.core.model.snapshot import QueueInfo
+from kai_ray.core.rules.fairshare import FairShares, compute_fair_shares
+from kai_ray.core.state.queues import QueueTree, build_queue_tree
 from tests.properties import examples
 
 INF = math.inf

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kai_ray.core.gpushare import device_share, device_shares, fixed_share, shares_device, whole_devices
-from kai_ray.core.model import Request
+from kai_ray.core.model.gpushare import device_share, device_shares, fixed_share, shares_device, whole_devices
+from kai_ray.core.model.snapshot import Request
 
 GIB = 1024.0**3
 MEMORY = np.array([0.0, 0.5, 1.0, 10 * GIB, 20 * GIB, 80 * GIB])

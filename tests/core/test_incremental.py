@@ -33,9 +33,9 @@ from kai_ray.core import (
     TaskStatus,
     run_cycle,
 )
-from kai_ray.core.cluster import ClusterState
 from kai_ray.core.cycle import finish_cycle, prepare_cycle, run_action
-from kai_ray.core.nodeindex import GpuBuckets
+from kai_ray.core.rules.nodeindex import GpuBuckets
+from kai_ray.core.state.cluster import ClusterState
 from tests.properties import examples
 
 GI = 1024.0**3

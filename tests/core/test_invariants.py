@@ -32,8 +32,8 @@ from kai_ray.core import (
     TopologyConstraint,
     run_cycle,
 )
-from kai_ray.core.policy import DEFAULT_POLICY
-from kai_ray.core.settling import SureToFail
+from kai_ray.core.rules.policy import DEFAULT_POLICY
+from kai_ray.core.session.suretofail import SureToFail
 from tests.properties import examples
 
 from .builders import ClusterBuilder, affinity, name_req, req

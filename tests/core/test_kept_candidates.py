@@ -12,9 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kai_ray.core import DEFAULT_ACTIONS, CycleCache, CycleResult, SchedulerConfig, TaskStatus
-from kai_ray.core.context import CycleContext
 from kai_ray.core.cycle import finish_cycle, prepare_cycle, run_action
-from kai_ray.core.victimpool import shared_candidates
+from kai_ray.core.session.context import CycleContext
 from tests.core.test_incremental import World, node, run_steps
 from tests.core.test_victimpool import crowded, crowded_world, later
 from tests.properties import examples
@@ -23,14 +22,14 @@ from tests.properties import examples
 def described(ctx: CycleContext) -> list[tuple[str, tuple[int, ...], bool]]:
     """The candidates as a cycle would take them now, by job name and task index."""
     ctx.victims = None  # not the ones taken earlier in the cycle: those of this moment
-    units = shared_candidates(ctx).units
+    units = ctx.victim_candidates().units
     return [(u.job.name, tuple(t.index for t in u.tasks), u.surplus) for u in units]
 
 
 def arrays(ctx: CycleContext) -> list[object]:
     """The candidates' arrays."""
     ctx.victims = None
-    return [a.tolist() for a in shared_candidates(ctx).arrays()]
+    return [a.tolist() for a in ctx.victim_candidates().arrays()]
 
 
 def kept_and_fresh(world: World, cache: CycleCache) -> tuple[CycleResult, CycleResult]:

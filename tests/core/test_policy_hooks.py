@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from kai_ray.core import SchedulerConfig, run_cycle
-from kai_ray.core.policy import DEFAULT_POLICY
+from kai_ray.core.rules.policy import DEFAULT_POLICY
 
 from .builders import ClusterBuilder, outcome
 

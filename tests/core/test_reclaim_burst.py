@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from kai_ray.core import Bind, Evict, Pipeline, TakeBack
-from kai_ray.core.evictions import RECLAIM_PLACED_UP_TO
+from kai_ray.core.actions.evictions import RECLAIM_PLACED_UP_TO
 
 from .builders import ClusterBuilder, cycle
 

@@ -1,4 +1,4 @@
-"""Reservations with backfill (core/reservations.py): named cases of one cycle, then
+"""Reservations with backfill (core/actions/reservations.py): named cases of one cycle, then
 cycles played forward with exact run times, where backfill must never delay a reserved
 gang past the start its reservation expected."""
 
@@ -24,7 +24,7 @@ from kai_ray.core import (
     run_cycle,
 )
 from kai_ray.core.incremental import CycleCache
-from kai_ray.core.words import count
+from kai_ray.core.model.words import count
 from tests.properties import examples
 
 from .builders import ClusterBuilder, cycle, outcome

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from kai_ray.core.model import TaskStatus
+from kai_ray.core.model.snapshot import TaskStatus
 from kai_ray.scenario import parse_scenario, run_scenario
 
 STATES = 300

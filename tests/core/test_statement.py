@@ -8,17 +8,19 @@ import numpy as np
 import pytest
 
 from kai_ray.core import SchedulerConfig
-from kai_ray.core.build import build_state
-from kai_ray.core.cluster import ClusterState, cluster_total
-from kai_ray.core.context import CycleContext
-from kai_ray.core.fairshare import compute_fair_shares
-from kai_ray.core.model import TaskStatus
-from kai_ray.core.placement import Placer
-from kai_ray.core.policy import victim_order_key
-from kai_ray.core.queues import build_queue_tree
-from kai_ray.core.solver import Terms, solve
-from kai_ray.core.statement import Statement
-from kai_ray.core.victims import victim_units
+from kai_ray.core.actions.solver import solve
+from kai_ray.core.actions.terms import Terms
+from kai_ray.core.actions.victims import victim_units
+from kai_ray.core.model.snapshot import TaskStatus
+from kai_ray.core.rules.fairshare import compute_fair_shares
+from kai_ray.core.rules.placement import Placer
+from kai_ray.core.rules.policy import victim_order_key
+from kai_ray.core.session.context import CycleContext
+from kai_ray.core.state.build import build_state
+from kai_ray.core.state.cluster import ClusterState
+from kai_ray.core.state.nodes import cluster_total
+from kai_ray.core.state.queues import build_queue_tree
+from kai_ray.core.state.statement import Statement
 
 from .builders import ClusterBuilder
 

@@ -20,7 +20,7 @@ from kai_ray.core import (
     gang_never_fits,
     run_cycle,
 )
-from kai_ray.core.subgroups import WHOLE, info_shortfall, shortfall, surplus
+from kai_ray.core.model.subgroups import WHOLE, info_shortfall, shortfall, surplus
 
 HEAD, ONE, TWO = Request(cpu=1), Request(gpu=1, cpu=1), Request(gpu=2, cpu=1)
 QUEUES = [QueueInfo("q", quota=(-1, -1, -1))]

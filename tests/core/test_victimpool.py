@@ -1,4 +1,4 @@
-"""The victim pool's shortcuts (core/victimpool.py) change no decision: the bound that
+"""The victim pool's shortcuts (core/actions/victimpool.py) change no decision: the bound that
 ends a hopeless search before it evicts, and the candidates shared between searches and
 actions. Each is checked against a cycle without it: the bound never refusing, and the
 candidates built afresh for every search."""
@@ -15,12 +15,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kai_ray.core import DEFAULT_ACTIONS, UNLIMITED, QueueInfo, SchedulerConfig, run_cycle, victimpool
-from kai_ray.core.hooks import Unit
-from kai_ray.core.model import Evict
-from kai_ray.core.policy import DEFAULT_POLICY, may_reclaim_from
-from kai_ray.core.statement import Statement
-from kai_ray.core.victimpool import ActionCandidates, Candidates, VictimPool, shared_candidates
+from kai_ray.core import DEFAULT_ACTIONS, UNLIMITED, QueueInfo, SchedulerConfig, run_cycle
+from kai_ray.core.actions.victimpool import ActionCandidates, VictimPool
+from kai_ray.core.model.snapshot import Evict
+from kai_ray.core.rules.policy import DEFAULT_POLICY, may_reclaim_from
+from kai_ray.core.session import context as session_context
+from kai_ray.core.session.candidates import Candidates
+from kai_ray.core.session.context import CycleContext
+from kai_ray.core.state.jobs import Unit
+from kai_ray.core.state.statement import Statement
 from tests.core.test_incremental import World, node, ops
 from tests.properties import examples
 
@@ -31,7 +34,7 @@ def without_shortcuts(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     with monkeypatch.context() as m:
         m.setattr(VictimPool, "may_fit", lambda self, tasks, ever: True)
         m.setattr(VictimPool, "_taken_by", lambda self, ever: self.live)  # every node tried in full
-        m.setattr(victimpool, "shared_candidates", _fresh_build)
+        m.setattr(CycleContext, "victim_candidates", _fresh_build)
         m.setattr(ActionCandidates, "taken_by", _filtered_for_each_search)
         m.setattr(Candidates, "live", _live_unit_by_unit)
         yield
@@ -45,9 +48,12 @@ def _live_unit_by_unit(self: Candidates, mark: int) -> np.ndarray:
     return np.array([u.live() for u in self.units], dtype=bool)
 
 
+_kept_build = CycleContext.victim_candidates
+
+
 def _fresh_build(ctx: Any) -> Any:
     ctx.victims = None  # nothing kept: built for this search
-    return shared_candidates(ctx)
+    return _kept_build(ctx)
 
 
 def count_evictions(monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -111,13 +117,13 @@ def test_candidates_are_shared_while_the_same_evictions_stand(monkeypatch: pytes
     world.apply(("submit", 1, 3, "a", 50, False, "", False, False))
     world.apply(("submit", 1, 3, "a", 100, False, "", False, False))
     builds = [0]
-    real = victimpool.victim_units
+    real = session_context.victim_units
 
     def counted(*args: Any) -> Any:
         builds[0] += 1
         return real(*args)
 
-    monkeypatch.setattr(victimpool, "victim_units", counted)
+    monkeypatch.setattr(session_context, "victim_units", counted)
     calls = count_evictions(monkeypatch)
     monkeypatch.setattr(VictimPool, "may_fit", lambda self, tasks, ever: True)
     result = run_cycle(world.snapshot(), world.config, world.now)

@@ -3,13 +3,14 @@ build would make, and what a cycle takes from it is a copy."""
 
 from __future__ import annotations
 
-from kai_ray.core.build import build_state
-from kai_ray.core.capacity import capped
-from kai_ray.core.cluster import ClusterState, Job
-from kai_ray.core.failedsearches import FailedSearches
-from kai_ray.core.incremental.waitingline import WaitingLine
-from kai_ray.core.policy import job_order_key
-from kai_ray.core.queues import build_queue_tree
+from kai_ray.core.rules.capacity import capped
+from kai_ray.core.rules.policy import job_order_key
+from kai_ray.core.session.failedsearches import FailedSearches
+from kai_ray.core.session.waitingline import WaitingLine
+from kai_ray.core.state.build import build_state
+from kai_ray.core.state.cluster import ClusterState
+from kai_ray.core.state.jobs import Job
+from kai_ray.core.state.queues import build_queue_tree
 
 from .builders import ClusterBuilder
 

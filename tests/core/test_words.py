@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kai_ray.core.model import Request
-from kai_ray.core.words import agree, count, describe_request, gang_words, level_noun, number
+from kai_ray.core.model.snapshot import Request
+from kai_ray.core.model.words import agree, count, describe_request, gang_words, level_noun, number
 
 GI = 1024.0**3
 

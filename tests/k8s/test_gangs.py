@@ -9,7 +9,7 @@ from typing import Any, Self
 
 import pytest
 
-from kai_ray.core.model import Request, TopologyConstraint
+from kai_ray.core.model.snapshot import Request, TopologyConstraint
 from kai_ray.k8s.gangs import Gang, build_gangs, pod_finished, pod_request, scheduled_by_us
 
 MI, GI = 2**20, 2**30

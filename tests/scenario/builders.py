@@ -8,7 +8,7 @@ from typing import Any, Self
 
 import yaml
 
-from kai_ray.core.model import CycleResult, Decision
+from kai_ray.core.model.snapshot import CycleResult, Decision
 from kai_ray.scenario.loader import Scenario, parse_scenario
 
 __all__ = ["ScenarioBuilder", "cycle_result", "pending", "running", "scenario"]

@@ -18,7 +18,7 @@ import pytest
 from kai_ray import __version__
 from kai_ray.cli import main
 from kai_ray.core import cycle as core_cycle
-from kai_ray.core.model import Bind, ClusterSnapshot, CycleResult, SchedulerConfig
+from kai_ray.core.model.snapshot import Bind, ClusterSnapshot, CycleResult, SchedulerConfig
 from tests.scenario.builders import cycle_result, scenario
 
 REPO = Path(__file__).resolve().parents[2]

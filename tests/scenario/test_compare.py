@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kai_ray.core.model import Bind, Evict, Pipeline
+from kai_ray.core.model.snapshot import Bind, Evict, Pipeline
 from kai_ray.scenario.expect import Mismatch
 from kai_ray.scenario.runner import ScenarioResult, run_scenario
 from kai_ray.scenario.symbols import GpuSymbols

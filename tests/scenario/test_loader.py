@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from kai_ray.config.errors import ConfigError
-from kai_ray.core.model import (
+from kai_ray.core.model.snapshot import (
     UNLIMITED,
     NodeInfo,
     QueueInfo,

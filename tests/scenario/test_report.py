@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from kai_ray.config import ConfigError
-from kai_ray.core.model import Bind, CycleResult
+from kai_ray.core.model.snapshot import Bind, CycleResult
 from kai_ray.scenario.report import report_json, result_json, text_lines
 from kai_ray.scenario.runner import ScenarioResult, run_scenario
 from tests.scenario.builders import ScenarioBuilder, cycle_result, pending, running

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
-from kai_ray.core.model import (
+from kai_ray.core.model.snapshot import (
     Bind,
     ClusterSnapshot,
     CycleResult,

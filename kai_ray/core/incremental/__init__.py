@@ -20,7 +20,7 @@ so that the two cannot count differently.
 For rule authors: the cache keeps what an earlier cycle computed wherever its inputs
 did not change, so a rule must name all of its inputs. The contract (search keys hold
 every input a hook reads; job keys are functions of the job) is written once, beside
-the hooks: `Policy` in kai_ray/core/policy.py. A hook that breaks it makes the cache
+the hooks: `Policy` in kai_ray/core/rules/policy.py. A hook that breaks it makes the cache
 decide differently from the full rebuild, silently; KAI_RAY_CHECK_INCREMENTAL (set by
 the test suite) decides every cycle both ways and raises on a difference.
 """

@@ -46,31 +46,31 @@ from collections.abc import Collection, Sequence
 
 import numpy as np
 
-from kai_ray.core.accounting import constrain, count_tasks, make_task
-from kai_ray.core.build import build_state_and_leaves, job_problem
-from kai_ray.core.capacity import capped
-from kai_ray.core.cluster import (
-    ClusterState,
-    FloatArray,
-    Job,
-    RequestCache,
-    Task,
-    charge_device,
-    cluster_total,
-    per_request,
-)
 from kai_ray.core.incremental.candidates import KeptCandidates
 from kai_ray.core.incremental.gangs import KeptGangs
 from kai_ray.core.incremental.jobdiff import JobDiff, as_list
 from kai_ray.core.incremental.jobline import Entry, JobLine
 from kai_ray.core.incremental.outcomes import SearchOutcomes
-from kai_ray.core.incremental.waitingline import WaitingLine
-from kai_ray.core.leafsums import LeafSums
-from kai_ray.core.model import ClusterSnapshot, JobInfo, NodeInfo, QueueInfo, SchedulerConfig, TaskStatus
-from kai_ray.core.placement import Placer
-from kai_ray.core.policy import Policy
-from kai_ray.core.queues import build_queue_tree, first_type_only
-from kai_ray.core.statement import Statement
+from kai_ray.core.model.snapshot import (
+    ClusterSnapshot,
+    JobInfo,
+    NodeInfo,
+    QueueInfo,
+    SchedulerConfig,
+    TaskStatus,
+)
+from kai_ray.core.rules.capacity import capped
+from kai_ray.core.rules.placement import Placer
+from kai_ray.core.rules.policy import Policy
+from kai_ray.core.session.waitingline import WaitingLine
+from kai_ray.core.state.accounting import constrain, count_tasks, make_task
+from kai_ray.core.state.build import build_state_and_leaves, job_problem
+from kai_ray.core.state.cluster import ClusterState
+from kai_ray.core.state.jobs import Job, Task
+from kai_ray.core.state.leafsums import LeafSums
+from kai_ray.core.state.nodes import FloatArray, RequestCache, charge_device, cluster_total, per_request
+from kai_ray.core.state.queues import build_queue_tree, first_type_only
+from kai_ray.core.state.statement import Statement
 
 __all__ = ["CycleCache"]
 

@@ -1,7 +1,7 @@
 """The policy's candidate victims kept from one cycle to the next, patched.
 
 Reclaim and preempt search over every unit the policy lets be a victim, in victim order
-(victimpool.shared_candidates). With a few hundred running gangs, building them is a
+(CycleContext.victim_candidates). With a few hundred running gangs, building them is a
 pass over every running job (its units, its surplus) and a sort, each cycle, for a set
 that changes by a few jobs at a time. The cycle cache keeps them instead, as the
 snapshot has them, in victim order, and patches them as candidate jobs come and go.
@@ -28,12 +28,11 @@ import bisect
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from kai_ray.core.cluster import Job
-from kai_ray.core.hooks import Unit
-from kai_ray.core.victimpool import Candidates, Piece, unit_piece, victim_units
+from kai_ray.core.session.candidates import Candidates, Piece, unit_piece, victim_units
+from kai_ray.core.state.jobs import Job, Unit
 
 if TYPE_CHECKING:
-    from kai_ray.core.context import CycleContext
+    from kai_ray.core.session.context import CycleContext
 
 __all__ = ["KeptCandidates"]
 
@@ -88,7 +87,7 @@ class KeptCandidates:
         self._built = None
 
     def candidates(self, ctx: CycleContext) -> Candidates | None:
-        """The candidates as shared_candidates would build them now; None once the cycle
+        """The candidates as CycleContext.victim_candidates would build them now; None once the cycle
         evicted."""
         if ctx.stmt.running_mark != 0:
             return None

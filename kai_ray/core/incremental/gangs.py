@@ -34,17 +34,19 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from kai_ray.core.cluster import Job
-from kai_ray.core.failedsearches import FailedSearches, FailureKey
 from kai_ray.core.incremental.candidates import KeptCandidates
 from kai_ray.core.incremental.outcomes import SearchOutcomes
-from kai_ray.core.incremental.waitingline import WaitingLine
-from kai_ray.core.jobqueues import JobQueues
-from kai_ray.core.settling import SureToFail, every_key_fails, settle, walk
-from kai_ray.core.statement import Ops
+from kai_ray.core.session.failedsearches import FailedSearches, FailureKey
+from kai_ray.core.session.gangwalk import GangWalk
+from kai_ray.core.session.jobqueues import JobQueues
+from kai_ray.core.session.settling import every_key_fails, settle, walk
+from kai_ray.core.session.suretofail import SureToFail
+from kai_ray.core.session.waitingline import WaitingLine
+from kai_ray.core.state.jobs import Job
+from kai_ray.core.state.statement import Ops
 
 if TYPE_CHECKING:
-    from kai_ray.core.context import CycleContext
+    from kai_ray.core.session.context import CycleContext
 
 __all__ = ["KeptGangs"]
 
@@ -59,17 +61,9 @@ class KeptGangs:
     def __init__(self, line: WaitingLine, outcomes: SearchOutcomes, victims: KeptCandidates) -> None:
         self.line, self.outcomes, self.victims = line, outcomes, victims
 
-    def each_waiting_gang(
-        self,
-        ctx: CycleContext,
-        action: str,
-        failed: FailedSearches,
-        step: Step,
-        quiet: Quiet,
-        takes_from: Callable[[Job, Job], bool] | None,
-        verdicts: Callable[[Job], tuple[object, ...]] | None,
-        redoable: bool = False,
-    ) -> None:
+    def each_waiting_gang(self, ctx: CycleContext, walk_: GangWalk) -> None:
+        action, failed, step, quiet = walk_.action, walk_.failed, walk_.step, walk_.quiet
+        takes_from, verdicts, redoable = walk_.takes_from, walk_.verdicts, walk_.redoable
         view = _GangView(ctx, self.line, action)
         if view.empty():
             self.outcomes.nothing_waits(action)  # nothing to step, nothing found to keep

@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kai_ray.core.cluster import Job
 from kai_ray.core.incremental.jobdiff import JobDiff, Run, as_list, diff_jobs
-from kai_ray.core.model import JobInfo
+from kai_ray.core.model.snapshot import JobInfo
+from kai_ray.core.state.jobs import Job
 
 __all__ = ["GAP", "Entry", "JobLine"]
 

@@ -37,12 +37,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kai_ray.core.cluster import Job
-from kai_ray.core.failedsearches import FailedSearches, FailureKey, Grounds
-from kai_ray.core.model import Reason
+from kai_ray.core.model.snapshot import Reason
+from kai_ray.core.session.failedsearches import FailedSearches, FailureKey, Grounds
+from kai_ray.core.state.jobs import Job
 
 if TYPE_CHECKING:  # the context holds the cache's lines, which hold these
-    from kai_ray.core.context import CycleContext
+    from kai_ray.core.session.context import CycleContext
 
 __all__ = ["SearchOutcomes", "World"]
 

@@ -1,0 +1,96 @@
+"""Queue capacity checks, at every ancestor: the limit (OverLimit) and, for jobs that
+cannot be preempted, the deserved quota (NonPreemptibleOverQuota). Fair share is NOT
+checked here: preemptible jobs may use idle capacity beyond it and are reclaimable there."""
+
+from __future__ import annotations
+
+from kai_ray.core.model.quantity import format_bytes
+from kai_ray.core.model.snapshot import RESOURCES, Reason
+from kai_ray.core.model.words import count
+from kai_ray.core.rules.fairshare import FairShares
+from kai_ray.core.state.cluster import ClusterState
+from kai_ray.core.state.jobs import Job
+from kai_ray.core.state.nodes import EPS, FloatArray
+
+__all__ = [
+    "capacity_problem",
+    "capped",
+    "describe_amount",
+    "format_resource",
+    "quota_problem",
+]
+
+
+def format_resource(r: int, value: float) -> str:
+    if RESOURCES[r] == "memory":
+        return f"{format_bytes(value)} memory"
+    return count(float(f"{value:.4g}"), "GPU" if RESOURCES[r] == "gpu" else "CPU")
+
+
+def describe_amount(amount: FloatArray) -> str:
+    parts = [format_resource(r, float(amount[r])) for r in range(3) if amount[r] > EPS]
+    return ", ".join(parts) or "nothing"
+
+
+def capped(state: ClusterState, job: Job) -> bool:
+    """Whether any capacity check applies to the job (else capacity_problem is None)."""
+    return not job.info.preemptible or bool(state.tree.limited[job.queue])
+
+
+def capacity_problem(state: ClusterState, shares: FairShares, job: Job, amount: FloatArray) -> Reason | None:
+    """Why adding `amount` for `job` is not allowed, or None when it is. Queue by queue
+    from the leaf up: its limit, then (non-preemptible jobs) its quota."""
+    if not capped(state, job):
+        return None
+    for q in state.tree.ancestors[job.queue]:
+        problem = _limit_reason(state, q, amount) or _quota_reason(state, shares, job, q, amount)
+        if problem is not None:
+            return problem
+    return None
+
+
+def quota_problem(state: ClusterState, shares: FairShares, job: Job, amount: FloatArray) -> Reason | None:
+    """The quota part of capacity_problem alone. Victims never change it: they are
+    preemptible, and only non-preemptible work counts against this check."""
+    if job.info.preemptible:
+        return None
+    for q in state.tree.ancestors[job.queue]:
+        problem = _quota_reason(state, shares, job, q, amount)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _limit_reason(state: ClusterState, q: int, amount: FloatArray) -> Reason | None:
+    tree = state.tree
+    for r in range(3):
+        limit = tree.limit[q, r]
+        held = state.usage.allocated[q][r]
+        if limit >= 0 and amount[r] > EPS and held + amount[r] > limit + EPS:
+            return Reason(
+                "queue-limit",
+                f"queue {tree.names[q]} is at its limit of {format_resource(r, limit)} "
+                f"(holds {format_resource(r, held)}, this job asks for "
+                f"{format_resource(r, float(amount[r]))} more)",
+            )
+    return None
+
+
+def _quota_reason(
+    state: ClusterState, shares: FairShares, job: Job, q: int, amount: FloatArray
+) -> Reason | None:
+    if job.info.preemptible:
+        return None
+    for r in range(3):
+        deserved = shares.deserved[q, r]
+        held = state.usage.allocated_nonpreemptible[q][r]
+        if amount[r] > EPS and held + amount[r] > deserved + EPS:
+            return Reason(
+                "queue-quota",
+                f"non-preemptible job: queue {state.tree.names[q]} would go over its deserved "
+                f"quota of {format_resource(r, deserved)} (non-preemptible jobs hold "
+                f"{format_resource(r, held)}, this job asks for "
+                f"{format_resource(r, float(amount[r]))}); use a preemptible priority "
+                "or raise the queue's quota",
+            )
+    return None
