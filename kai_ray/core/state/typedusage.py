@@ -97,7 +97,7 @@ class TypedUsage:
                 if same <= 0 or not job.active_count:
                     pending = same * job.pending_count  # none placed: no task to look at
                     if pending > 0:
-                        self._wait(waiting[job.queue], job.info.gpu_types, pending, accepts)
+                        self._wait(waiting[job.queue], self._asked(job), pending, accepts)
                     continue
                 if len(tasks) == 1 and task.node >= 0 and task.status in _ACTIVE:
                     c = columns[task.node]  # the usual running job: one task, placed
@@ -108,7 +108,7 @@ class TypedUsage:
                     continue
             pending = self._count_tasks(job, same, allocated[job.queue], held[job.queue])
             if pending:
-                self._wait(waiting[job.queue], job.info.gpu_types, pending, accepts)
+                self._wait(waiting[job.queue], self._asked(job), pending, accepts)
         mine = np.array(allocated).reshape(n, t)
         requested = mine + np.array(waiting).reshape(n, t)
         # One pass up the tree for the three: each column is summed on its own.
@@ -131,6 +131,18 @@ class TypedUsage:
             elif status is _PENDING:
                 pending += gpus
         return pending
+
+    def _asked(self, job: Job) -> tuple[str, ...]:
+        """The types a waiting job asks for: those it accepts; while it is held to its
+        first type (queues.first_type_only), that type alone, as the same job accepting
+        it alone would ask (its later types wait for the cycle's last step)."""
+        types = job.info.gpu_types
+        if job.first_type_only:
+            index = self.types.index
+            for name in types:
+                if name in index:
+                    return (name,)
+        return types
 
     def _wait(
         self, row: list[float], types: tuple[str, ...], gpus: float, known: dict[tuple[str, ...], list[int]]
