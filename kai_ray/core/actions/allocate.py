@@ -126,23 +126,37 @@ def _place_gang(
     if failed is not None and failed.known(key):
         reason = failed.reason(key)
         assert reason is not None, "allocate remembers why each failed gang failed"
+        mark = ctx.stmt.state_mark
+        if failed.said_on(key) != mark:
+            # Room only shrinks in allocate: the look-alike fails too, but the words read
+            # the state (free room in figures), and the state moved since: said anew.
+            reason = _why_unplaced(ctx, job, gang, action, reservations)
+            failed.restate(key, reason, mark)
         ctx.stmt.set_reason(
             job.name, reason if reservations is None else reservations.reason_for(job, reason)
         )
         return False
     if ctx.placer.place_gang(ctx.stmt, job, gang, action):
         return True
+    reason = _why_unplaced(ctx, job, gang, action, reservations)
+    if failed is not None:
+        failed.add(key, reason, said_on=ctx.stmt.state_mark)
+    if reservations is not None:
+        reason = reservations.reason_for(job, reason)  # a look-alike's reason does not name it
+    ctx.stmt.set_reason(job.name, reason)
+    return False
+
+
+def _why_unplaced(
+    ctx: CycleContext, job: Job, gang: list[Task], action: str, reservations: Reservations | None
+) -> Reason:
+    """Why the gang found no room, in words read from the state as it is now."""
     reason = explain_unplaced(ctx.placer, gang)
     if job.info.subgroups:
         reason = _naming_the_subgroup(ctx, job, gang, action, reason)
     if reservations is not None:
         reason = reservations.blocking(job, gang, action) or reason
-    if failed is not None:
-        failed.add(key, reason)
-    if reservations is not None:
-        reason = reservations.reason_for(job, reason)  # a look-alike's reason does not name it
-    ctx.stmt.set_reason(job.name, reason)
-    return False
+    return reason
 
 
 def _naming_the_subgroup(

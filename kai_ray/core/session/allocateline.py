@@ -89,8 +89,11 @@ class AllocateLine:
         ]:
             self.step(job)
         said: list[tuple[str, Reason]] = []
+        mark = self.ctx.stmt.state_mark
         for key, group in sure.groups.items():
             if group:
+                if key is not None and sure.failed.said_on(key) != mark:
+                    self.step(next(iter(group.values())))  # its words said on this state
                 reason = sure.failed.reason(key) if key is not None else None
                 assert reason is not None, "allocate remembers why each failed gang failed"
                 said += zip(group, repeat(reason))

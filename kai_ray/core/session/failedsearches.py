@@ -144,7 +144,7 @@ class FailedSearches:
     """The failed searches of one action in this cycle, with the reason each ended on (so a
     skipped job reads the same). Disabled, it remembers nothing: every search runs."""
 
-    __slots__ = ("_failed", "added", "clears", "enabled", "first", "grounds", "keeps_grounds")
+    __slots__ = ("_failed", "_said_on", "added", "clears", "enabled", "first", "grounds", "keeps_grounds")
 
     def __init__(self, enabled: bool = True, keeps_grounds: bool = False) -> None:
         self.enabled = enabled
@@ -152,6 +152,10 @@ class FailedSearches:
         # by the session (CycleContext.failed_searches), which alone knows.
         self.keeps_grounds = keeps_grounds
         self._failed: dict[FailureKey, Reason | None] = {}
+        # The state each failure's words were said on (Statement.state_mark), where they
+        # read it (free room in figures): a look-alike met on another state fails alike,
+        # but its words are said anew (said_on, restate).
+        self._said_on: dict[FailureKey, int] = {}
         self.added: list[FailureKey] = []  # keys in the order they failed, since the last clear
         self.clears = 0
         # Why each failure holds, for those a later cycle may keep (Grounds).
@@ -165,8 +169,12 @@ class FailedSearches:
     def reason(self, key: FailureKey) -> Reason | None:
         return self._failed.get(key)
 
-    def add(self, key: FailureKey, reason: Reason | None, grounds: object = None) -> None:
+    def add(
+        self, key: FailureKey, reason: Reason | None, grounds: object = None, said_on: int | None = None
+    ) -> None:
         if self.enabled:
+            if said_on is not None:
+                self._said_on[key] = said_on
             if key not in self._failed:
                 self.added.append(key)
             self._failed[key] = reason
@@ -174,6 +182,16 @@ class FailedSearches:
                 self.grounds[key] = grounds
             else:
                 self.grounds.pop(key, None)
+
+    def said_on(self, key: FailureKey) -> int | None:
+        """The state the failure's words were said on; None: words that read no state."""
+        return self._said_on.get(key)
+
+    def restate(self, key: FailureKey, reason: Reason, mark: int) -> None:
+        """The same failure, its words said on the state `mark` names."""
+        if key in self._failed:
+            self._failed[key] = reason
+            self._said_on[key] = mark
 
     def add_grounded(self, key: FailureKey, reason: Reason | None, grounds: Callable[[], object]) -> None:
         """add, with grounds worked out only where a cycle cache keeps them (a victim
@@ -185,6 +203,7 @@ class FailedSearches:
         if self.first is None:
             self.first = self.at_start()
         self._failed.clear()
+        self._said_on.clear()
         self.added.clear()
         self.grounds.clear()
         self.clears += 1
@@ -204,6 +223,7 @@ class FailedSearches:
         `first` as it was before the trial. Counts as a clear: what was derived since is
         forgotten."""
         self._failed.clear()
+        self._said_on.clear()
         self.added.clear()
         self.grounds.clear()
         self.clears += 1
