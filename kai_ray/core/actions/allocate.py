@@ -27,7 +27,10 @@ def allocate(ctx: CycleContext) -> None:
     # Reservations hold room for some jobs and not others (reservations.py): each job
     # takes its own step. The holds stay for the rest of the cycle.
     reservations = Reservations.made(ctx) if ctx.config.reserve_after_s > 0 else None
-    step = functools.partial(_step, ctx, failed=failed, reservations=reservations)
+    if reservations is None:
+        step = functools.partial(allocate_step, ctx, action="allocate", failed=failed)
+    else:
+        step = functools.partial(_step, ctx, failed=failed, reservations=reservations)
     line = AllocateLine(ctx, failed, step, each_job=reservations is not None)
     while (job := line.next_job()) is not None:
         placed = step(job)
@@ -35,10 +38,8 @@ def allocate(ctx: CycleContext) -> None:
         line.served(job, placed, again=placed and job.pending_count > 0)
 
 
-def _step(ctx: CycleContext, job: Job, failed: FailedSearches, reservations: Reservations | None) -> bool:
+def _step(ctx: CycleContext, job: Job, failed: FailedSearches, reservations: Reservations) -> bool:
     """Allocate's step, with the reservations lifted that this job may use."""
-    if reservations is None:
-        return allocate_step(ctx, job, "allocate", failed)
     lifted = reservations.lift(job)
     try:
         return allocate_step(ctx, job, "allocate", failed, reservations)
