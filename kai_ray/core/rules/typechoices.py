@@ -90,11 +90,7 @@ class TypeChoices:
         a later type, and the actions that evict take victims on it alone."""
         if not job.first_type_only or self.later_types:
             return None
-        index = self.gpu_types.index
-        for name in job.info.gpu_types:
-            if name in index:
-                return index[name]
-        return None
+        return self.gpu_types.first_present(job.info.gpu_types)
 
     def type_choices(self, job: Job, mask: BoolArray, tasks: Sequence[Task] = ()) -> Iterator[BoolArray]:
         """The node sets a gang may take, in the order it tries them: one GPU type each,

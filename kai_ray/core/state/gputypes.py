@@ -99,6 +99,14 @@ class GpuTypes:
             return first.fraction_request or first.demand.item(0) > 0
         return any(t.demand[0] > 0 or t.fraction_request for t in job.tasks)
 
+    def first_present(self, names: Sequence[str]) -> int | None:
+        """The first of these types the cluster has (a job's first type: queues.first_type_only)."""
+        index = self.index
+        for name in names:
+            if name in index:
+                return index[name]
+        return None
+
     def held_by(self, job: Job) -> int | None:
         """The type of the GPUs its active tasks hold (the first found), if any: one it
         accepts (a task that runs on another, placed before the job named its types, binds

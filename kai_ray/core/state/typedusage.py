@@ -137,12 +137,8 @@ class TypedUsage:
         first type (queues.first_type_only), that type alone, as the same job accepting
         it alone would ask (its later types wait for the cycle's last step)."""
         types = job.info.gpu_types
-        if job.first_type_only:
-            index = self.types.index
-            for name in types:
-                if name in index:
-                    return (name,)
-        return types
+        first = self.types.first_present(types) if job.first_type_only else None
+        return types if first is None else (self.types.names[first],)
 
     def _wait(
         self, row: list[float], types: tuple[str, ...], gpus: float, known: dict[tuple[str, ...], list[int]]
