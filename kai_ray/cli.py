@@ -3,8 +3,9 @@
 Each package contributes its subcommands through `add_commands(subparsers)`; a
 subcommand sets `func` (via `set_defaults`) to a callable taking the parsed arguments
 and returning the exit status. Mistakes a user makes (a bad file, a wrong path) are
-raised as ConfigError (or CommandFailed: no scheduler runs, an unknown workload) and
-printed as one line on stderr with exit status 2.
+raised as ConfigError (or CommandFailed: no scheduler runs, an unknown workload; or a
+PermissionError: a token the scheduler's tenants do not allow) and printed as one line
+on stderr with exit status 2.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from kai_ray.api import commands as api_commands
 from kai_ray.api import dashboardcommands as dashboard_commands
 from kai_ray.api import operatorcommands as operator_commands
 from kai_ray.api import snapshotcommands as snapshot_commands
+from kai_ray.api import tenantcommands as tenant_commands
 from kai_ray.api.cliutil import CommandFailed
 from kai_ray.bench import commands as bench_commands
 from kai_ray.config.errors import ConfigError
@@ -37,6 +39,7 @@ _CONTRIBUTORS = (
     dashboard_commands,
     operator_commands,
     snapshot_commands,
+    tenant_commands,
     demo_commands,
 )
 
@@ -73,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         return int(func(args))
-    except (ConfigError, CommandFailed) as e:
+    except (ConfigError, CommandFailed, PermissionError) as e:
         print(f"kai-ray: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

@@ -11,7 +11,14 @@ import ray
 
 from kai_ray.core import SchedulerConfig
 from kai_ray.ray.actor import NAMESPACE, SCHEDULER_NAME, get_or_start_scheduler
-from kai_ray.ray.client import QueuesArg, Scheduler, load_queue_arg, new_workload_id
+from kai_ray.ray.client import (
+    QueuesArg,
+    Scheduler,
+    TenantsArg,
+    load_queue_arg,
+    load_tenants_arg,
+    new_workload_id,
+)
 
 __all__ = [
     "Scheduler",
@@ -43,6 +50,9 @@ def init(
     address: str | None = None,
     queues: QueuesArg = None,
     config: SchedulerConfig | None = None,
+    *,
+    token: str | None = None,
+    tenants: TenantsArg = None,
     **ray_init_kwargs: Any,
 ) -> Scheduler:
     """Connect to Ray (start a local cluster when `address` is None and none runs), then
@@ -50,17 +60,26 @@ def init(
 
     `queues` (a file or a list) are added to the scheduler's queues, or update the
     queues of the same name; other queues are kept, and what changed is logged. A bad
-    file raises ConfigError and changes nothing."""
+    file raises ConfigError and changes nothing.
+
+    `token` (default: $KAI_RAY_TOKEN): this driver's tenant or admin token, sent with
+    every call that submits, cancels or changes; checked once the scheduler has tenants.
+    `tenants`: a tenants file (or its document) for the scheduler: it starts with them,
+    or a running one has its tenants replaced (an admin's token needed once it has
+    some). Changing queues of a scheduler with tenants takes an admin's token too."""
     global _current
     infos = load_queue_arg(queues)  # validate before touching anything
+    tenants_doc = load_tenants_arg(tenants)
     if not ray.is_initialized():
         ray.init(address=address, **ray_init_kwargs)
     try:
         handle = ray.get_actor(SCHEDULER_NAME, namespace=NAMESPACE)
         existed = True
     except ValueError:
-        handle, existed = get_or_start_scheduler(infos, config), False
-    _current = Scheduler(handle)
+        handle, existed = get_or_start_scheduler(infos, config, tenants_doc), False
+    _current = Scheduler(handle, token)
+    if existed and tenants_doc is not None:
+        _say(f"kai-ray: tenants of the running scheduler: {_current.apply_tenants(tenants_doc)['summary']}")
     if existed and infos is not None:
         change = _current.apply_queues(infos)
         if change["added"] or change["updated"]:
@@ -87,7 +106,8 @@ def _say_dashboard(sched: Scheduler) -> None:
 
 def get_scheduler() -> Scheduler:
     """The scheduler of the current Ray session (connecting to it if this process has
-    not). Raises SchedulerNotRunning, saying what to do, when there is none."""
+    not; its token then is $KAI_RAY_TOKEN's). Raises SchedulerNotRunning, saying what to
+    do, when there is none."""
     global _current
     if _current is None:
         if not ray.is_initialized():

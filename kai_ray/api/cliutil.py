@@ -16,12 +16,14 @@ __all__ = [
     "NO_SCHEDULER",
     "CommandFailed",
     "add_common",
+    "add_token",
     "connect",
     "fail",
     "on_workload",
     "output",
     "running_scheduler",
     "usage",
+    "with_token",
 ]
 
 EXIT_ERROR = 2
@@ -41,6 +43,15 @@ def add_common(p: argparse.ArgumentParser) -> None:
         "--address", default=None, help="Ray cluster address (default: $RAY_ADDRESS or the local cluster)"
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def add_token(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--token",
+        default=None,
+        help="your tenant's (or an admin's) token, where the scheduler has tenants "
+        "(default: $KAI_RAY_TOKEN); see `kai-ray tenant --help`",
+    )
 
 
 def usage(p: argparse.ArgumentParser) -> int:
@@ -66,7 +77,8 @@ def connect_ray(address: str | None) -> None:
 
 
 def connect(address: str | None) -> Any:
-    """The scheduler client for the cluster at `address`; None when none runs."""
+    """The scheduler client for the cluster at `address` (its token: $KAI_RAY_TOKEN);
+    None when none runs."""
     from kai_ray.api.client import SchedulerNotRunning, get_scheduler
 
     connect_ray(address)
@@ -74,6 +86,14 @@ def connect(address: str | None) -> Any:
         return get_scheduler()
     except SchedulerNotRunning:
         return None
+
+
+def with_token(sched: Any, token: str | None) -> Any:
+    """The client carrying `--token` when one was given (else $KAI_RAY_TOKEN's, as it
+    was); a client of its own, so that the process's shared one keeps its token."""
+    if sched is None or not token or token == sched.token:
+        return sched
+    return type(sched)(sched.handle, token)
 
 
 def running_scheduler(address: str | None) -> Any:
@@ -95,7 +115,7 @@ def on_workload(
     render: Callable[[dict[str, Any]], str],
 ) -> int:
     """A command on one workload: an unknown id is a clear error, not a traceback."""
-    sched = running_scheduler(args.address)
+    sched = with_token(running_scheduler(args.address), getattr(args, "token", None))
     try:
         info = call(sched)
     except KeyError as exc:

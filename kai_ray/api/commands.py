@@ -14,12 +14,14 @@ from kai_ray.api import jobcommands
 from kai_ray.api.cliutil import (
     CommandFailed,
     add_common,
+    add_token,
     connect,
     fail,
     on_workload,
     output,
     running_scheduler,
     usage,
+    with_token,
 )
 
 __all__ = ["add_commands"]
@@ -31,6 +33,12 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     )
     start.add_argument("--queues", default=None, help="queues YAML to add (kai-ray or KAI format)")
     start.add_argument("--config", default=None, help="scheduler options YAML (placement, kValue, ...)")
+    start.add_argument(
+        "--tenants",
+        default=None,
+        help="tenants YAML: each tenant's token hash and labels, and the admins (see "
+        "`kai-ray tenant --help`); tokens are checked once it is given",
+    )
     start.add_argument(
         "--preemption-delay",
         metavar="DURATION",
@@ -45,6 +53,7 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
         "or the --config file's reserveAfter)",
     )
     add_common(start)
+    add_token(start)
     start.set_defaults(func=_start)
     _add_queue(subparsers)
     status = subparsers.add_parser("status", help="nodes, queues and workloads of the scheduler")
@@ -63,6 +72,7 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     cancel = subparsers.add_parser("cancel", help="cancel a workload (releases its reservation)")
     cancel.add_argument("workload")
     add_common(cancel)
+    add_token(cancel)
     cancel.set_defaults(func=_cancel)
     jobcommands.add_commands(subparsers)
 
@@ -81,10 +91,12 @@ def _add_queue(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="also remove queues the file does not name (refused while they hold workloads)",
     )
     add_common(apply)
+    add_token(apply)
     apply.set_defaults(func=_queue_apply)
     delete = sub.add_parser("delete", help="remove queues (refused while they hold workloads)")
     delete.add_argument("names", nargs="+", metavar="NAME")
     add_common(delete)
+    add_token(delete)
     delete.set_defaults(func=_queue_delete)
     listing = sub.add_parser("list", help="quota, fair share, allocated and pending per queue")
     add_common(listing)
@@ -102,21 +114,27 @@ def _start(args: argparse.Namespace) -> int:
 
     import kai_ray
     from kai_ray.config import load_queues, load_scheduler_config, with_preemption_delay, with_reserve_after
+    from kai_ray.config.tenants import load_tenants
     from kai_ray.control import QueueChangeError
 
     queues = load_queues(args.queues) if args.queues else None  # bad files: exit 2, nothing started
     config = load_scheduler_config(args.config) if args.config else None
     config = with_preemption_delay(config, args.preemption_delay, "--preemption-delay")
     config = with_reserve_after(config, args.reserve_after, "--reserve-after")
-    sched = connect(args.address)
+    tenants = load_tenants(args.tenants) if args.tenants else None
+    sched = with_token(connect(args.address), args.token)
     said = "already runs"
     if sched is None:
-        sched, said = kai_ray.init(queues=queues, config=config), "started"
-    elif queues is not None:
-        try:
-            said += f"; queues: {sched.apply_queues(queues)['summary']}"
-        except QueueChangeError as exc:
-            return fail(f"{args.queues}: {exc}")
+        sched = kai_ray.init(queues=queues, config=config, tenants=tenants, token=args.token)
+        said = "started"
+    else:
+        if tenants is not None:
+            said += f"; tenants: {sched.apply_tenants(tenants)['summary']}"
+        if queues is not None:
+            try:
+                said += f"; queues: {sched.apply_queues(queues)['summary']}"
+            except QueueChangeError as exc:
+                return fail(f"{args.queues}: {exc}")
     if said != "started" and config is not None:
         said += (
             " (--config and --preemption-delay apply when it starts: the running scheduler keeps its options)"
@@ -138,11 +156,11 @@ def _queue_apply(args: argparse.Namespace) -> int:
     from kai_ray.control import QueueChangeError
 
     queues = load_queues(args.file)  # a bad file: ConfigError, exit 2, nothing changed
-    sched = connect(args.address)
+    sched = with_token(connect(args.address), args.token)
     if sched is None:
         import kai_ray
 
-        kai_ray.init(address=args.address or "auto", queues=queues)
+        kai_ray.init(address=args.address or "auto", queues=queues, token=args.token)
         names = ", ".join(q.name for q in queues)
         return output(args, {"added": [q.name for q in queues]}, f"started the kai-ray scheduler: {names}")
     try:
@@ -155,7 +173,7 @@ def _queue_apply(args: argparse.Namespace) -> int:
 def _queue_delete(args: argparse.Namespace) -> int:
     from kai_ray.control import QueueChangeError
 
-    sched = running_scheduler(args.address)
+    sched = with_token(running_scheduler(args.address), args.token)
     try:
         change = sched.delete_queues(args.names)
     except QueueChangeError as exc:

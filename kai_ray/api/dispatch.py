@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -58,18 +59,26 @@ _quiet = ray.method(enable_task_events=False)
 # submissions still to come; what it held is lost, and it has the scheduler cancel that.
 @ray.remote(num_cpus=0, max_restarts=-1, max_concurrency=MAX_CALLS)
 class Dispatcher:
-    def __init__(self, scheduler: Any, dispatcher_id: str) -> None:
+    def __init__(self, scheduler: Any, dispatcher_id: str, token: str | None = None) -> None:
         self._sched, self._id = scheduler, dispatcher_id
+        self._token = token  # its driver's: a cancel here is the driver's own
         self._lost: set[str] = set()
         if ray.get_runtime_context().was_current_actor_reconstructed:
-            why = "its driver's dispatcher restarted, and the body it held was lost"
-            self._lost = set(ray.get(scheduler.cancel_dispatched.remote(dispatcher_id, why)))
+            self._lost = self._cancel_lost()
         self._watch = AdmissionWatch(scheduler, dispatcher_id)
         self._runs: dict[str, asyncio.Task[Any]] = {}  # workload -> its run, until forgotten
         self._arrival: dict[str, asyncio.Future[None]] = {}  # asked for before it came
         self._forgotten: dict[str, None] = {}  # outcomes given away: asking again fails
         self._bodies: dict[str, tuple[int, ray.ObjectRef]] = {}  # running: attempt, body
         self._stopped: dict[str, int] = {}  # the last attempt the scheduler stopped
+
+    def _cancel_lost(self) -> set[str]:
+        why = "its driver's dispatcher restarted, and the body it held was lost"
+        try:
+            return set(ray.get(self._sched.cancel_dispatched.remote(self._id, why, token=self._token)))
+        except PermissionError as exc:  # tenants came after its driver started, without a token
+            logging.getLogger(__name__).warning("dispatcher %s: %s", self._id, exc)
+            return set()
 
     # ------------------------------------------------------------ the driver's calls
 
@@ -99,7 +108,7 @@ class Dispatcher:
             done, _ = await asyncio.wait([run], timeout=timeout)
         except asyncio.CancelledError:
             if remote:
-                self._sched.cancel.remote(wid)
+                self._sched.cancel.remote(wid, token=self._token)
             raise
         if not done:
             return TIMED_OUT
@@ -211,15 +220,16 @@ class Dispatcher:
         return ref
 
 
-_current: tuple[tuple[str, str], str, Any] | None = None  # ((job, scheduler), id, handle)
+# ((job, scheduler, token), id, handle)
+_current: tuple[tuple[str, str, str | None], str, Any] | None = None
 
 
-def dispatcher(scheduler: Any) -> tuple[str, Any]:
+def dispatcher(scheduler: Any, token: str | None = None) -> tuple[str, Any]:
     """This driver's dispatcher for `scheduler` (id, handle), started with its first
     workload, on this node. Started without waiting: calls queue at Ray until it runs.
-    A new scheduler (the last one killed) gets a new dispatcher."""
+    A new scheduler (the last one killed), or a new token, gets a new dispatcher."""
     global _current
-    key = (ray.get_runtime_context().get_job_id(), scheduler._actor_id.hex())
+    key = (ray.get_runtime_context().get_job_id(), scheduler._actor_id.hex(), token)
     if _current is None or _current[0] != key:
         if _current is not None:
             with contextlib.suppress(Exception):
@@ -228,6 +238,6 @@ def dispatcher(scheduler: Any) -> tuple[str, Any]:
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
         handle = Dispatcher.options(  # type: ignore[attr-defined]
             scheduling_strategy=here, name=dispatcher_name(did), namespace=NAMESPACE
-        ).remote(scheduler, did)
+        ).remote(scheduler, did, token)
         _current = (key, did, handle)
     return _current[1], _current[2]

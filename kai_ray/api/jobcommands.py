@@ -16,7 +16,16 @@ import sys
 import time
 from typing import Any
 
-from kai_ray.api.cliutil import CommandFailed, add_common, fail, output, running_scheduler, usage
+from kai_ray.api.cliutil import (
+    CommandFailed,
+    add_common,
+    add_token,
+    fail,
+    output,
+    running_scheduler,
+    usage,
+    with_token,
+)
 from kai_ray.api.render import eta_lines
 
 __all__ = ["add_commands"]
@@ -43,6 +52,7 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     stop = sub.add_parser("stop", help="stop a job (cancel it, stopping its Ray job)")
     stop.add_argument("id")
     add_common(stop)
+    add_token(stop)
     stop.set_defaults(func=_stop)
     job.set_defaults(func=lambda a: usage(job))
 
@@ -113,6 +123,7 @@ def _add_submit(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     submit.add_argument("entrypoint", nargs=argparse.REMAINDER, help="-- the command to run")
     add_common(submit)
+    add_token(submit)
     submit.set_defaults(func=_submit)
 
 
@@ -151,7 +162,7 @@ def _submit(args: argparse.Namespace) -> int:
         )
     except (ValueError, UnknownPriorityClassError, ConfigError, SubmitError) as exc:
         return fail(f"job submit: {exc}")
-    sched = running_scheduler(args.address)
+    sched = with_token(running_scheduler(args.address), args.token)
     try:
         wid = sched.submit(spec, wid=args.submission_id)
     except SubmitError as exc:
@@ -236,7 +247,7 @@ def _list(args: argparse.Namespace) -> int:
 
 def _job(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     """(scheduler, info) of the job named by args.id."""
-    sched = running_scheduler(args.address)
+    sched = with_token(running_scheduler(args.address), getattr(args, "token", None))
     try:
         info = sched.info(args.id)
     except KeyError as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import os
 import signal
@@ -12,6 +13,7 @@ from typing import Any
 
 from kai_ray.api.dashboardcommands import TOKEN_ENV
 from kai_ray.control.kubenodes import GPU_PRODUCT_LABEL
+from kai_ray.core import SchedulerConfig
 from kai_ray.dashboard.server import DEFAULT_PORT
 from kai_ray.k8s import DEFAULT_SCHEDULER_NAMES
 
@@ -78,6 +80,12 @@ def add_commands(subparsers: Any) -> None:
         metavar="LABEL",
         help=f"the node label whose value is the node's GPU type (default {GPU_PRODUCT_LABEL}); pods "
         "name the types they accept with a nodeSelector or required node affinity `In` on it",
+    )
+    p.add_argument(
+        "--closed-queues",
+        action="store_true",
+        help="queues are closed to namespaces unless a queue's access.tenants or tenantSelector "
+        "names them (docs/tenants.md); default: a queue without a rule is open to all, as in KAI",
     )
     p.add_argument(
         "--install-crds",
@@ -220,6 +228,8 @@ def operator_options(args: argparse.Namespace) -> Any:
     settings = load_scheduler_config(args.config) if args.config else None
     config = with_preemption_delay(settings, args.preemption_delay, "--preemption-delay")
     config = with_reserve_after(config, args.reserve_after, "--reserve-after")
+    if args.closed_queues:
+        config = dataclasses.replace(config or SchedulerConfig(), closed_queues=True)
     if config is not None:
         options.config = config
     return options

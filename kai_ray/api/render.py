@@ -6,9 +6,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from kai_ray.control.accessview import rule_lines
 from kai_ray.control.runtime import format_duration
 
 __all__ = [
+    "access_lines",
     "eta_lines",
     "explain_text",
     "num",
@@ -130,6 +132,7 @@ def explain_text(info: dict[str, Any]) -> str:
         f"  queue {info['queue']}, priority {info['priority']}, kind {info['kind']}",
         f"  state {info['state']}: {info['reason']}",
     ]
+    lines += access_lines(info)
     if info["position"]:
         lines.append(f"  position {info['position']} of {info['queue_length']} queued in {info['queue']}")
     lines += eta_lines(info)
@@ -149,6 +152,17 @@ def explain_text(info: dict[str, Any]) -> str:
     for at, old, new, why in info["history"]:
         lines.append(f"    +{at - t0:7.2f}s  {old or '-':>10} -> {new:<10} {why}")
     return "\n".join(lines)
+
+
+def access_lines(info: dict[str, Any]) -> list[str]:
+    """The access rule that stops it (or that no longer admits it while it runs), named:
+    its queue's or a parent's, the field, what it allows and the fix. `access_rule` is
+    what the scheduler found (kai_ray.control.views.refusal_of); a scheduler that does
+    not say leaves only the reason's own words."""
+    found = info.get("access_rule")
+    if not found:
+        return []
+    return rule_lines(found, waiting=info["state"] == "Queued")
 
 
 def eta_lines(info: dict[str, Any]) -> list[str]:

@@ -69,7 +69,7 @@ class QueuedTrials(ResourceManager):  # type: ignore[misc]
             wid = (waiting or wids)[-1]
             wids.remove(wid)
             self._forget(wid)
-            self._sched.handle.cancel.remote(wid)
+            self._sched.handle.cancel.remote(wid, token=self._sched.token)
 
     def has_resources_ready(self, resource_request: ResourceRequest) -> bool:
         self._look()
@@ -100,7 +100,7 @@ class QueuedTrials(ResourceManager):  # type: ignore[misc]
     def clear(self) -> None:
         for wids in self._requested.values():
             for wid in wids:
-                self._sched.handle.cancel.remote(wid)
+                self._sched.handle.cancel.remote(wid, token=self._sched.token)
         for _, wid, attempt in self._acquired.values():
             self._sched.handle.finish.remote(wid, attempt, True)
         self._requested.clear()

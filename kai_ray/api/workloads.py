@@ -145,7 +145,7 @@ class WorkloadFunction(Generic[P, R]):
         """Queue one workload per call, in one round trip to the scheduler (durable when
         it answers): the scheduler, this driver's dispatcher, and the workloads' ids."""
         sched = get_scheduler()
-        did, disp = dispatcher(sched.handle)
+        did, disp = dispatcher(sched.handle, sched.token)
         spec = make_spec(**{"name": self._fn.__name__, **self._spec_kwargs})
         spec.metadata[DISPATCHER_KEY] = did
         wids = [sched.submit(spec)] if len(calls) == 1 else sched.submit_many([spec] * len(calls))

@@ -70,7 +70,7 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     ray_bench.add_argument("--json", action="store_true")
     ray_bench.add_argument(
         "--only",
-        default="latency,throughput,preemption,queued,backlog",
+        default="latency,throughput,preemption,tokens,queued,backlog",
         help="comma list of the measures to take (default: all of them)",
     )
     ray_bench.add_argument(

@@ -25,8 +25,10 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
+from kai_ray.config.access import AccessSpec, queue_access
 from kai_ray.config.base import Duration, Quantity, StrictModel, read_yaml_documents
 from kai_ray.config.errors import ConfigError, from_validation_error
+from kai_ray.config.priority import PriorityClasses
 from kai_ray.core.model.quantity import format_bytes, parse_run_time
 from kai_ray.core.model.snapshot import (
     BORROW,
@@ -108,6 +110,7 @@ class QueueBody(StrictModel):
     expected_runtime: Duration | None = None
     max_runtime: Duration | None = None
     gpu_type_fungibility: FungibilitySpec | None = None  # unset: the parent queue's
+    access: AccessSpec | None = None  # unset: the parent's (at the top: open to all)
 
 
 class QueueSpec(QueueBody):
@@ -179,6 +182,7 @@ class KaiRayKubeQueueSpec(KaiQueueSpec):
     expected_runtime: Duration | None = None
     max_runtime: Duration | None = None
     gpu_type_fungibility: FungibilitySpec | None = None  # unset: the parent queue's
+    access: AccessSpec | None = None  # unset: the parent's (at the top: open to all)
 
 
 class _Metadata(BaseModel):
@@ -231,8 +235,10 @@ def queue_info(
     body: QueueBody | KaiQueueSpec,
     *,
     units: _Units = KAI_RAY_UNITS,
+    classes: PriorityClasses | None = None,
 ) -> QueueInfo:
-    """One queue; checks each resource in the user's own units so messages quote them."""
+    """One queue; checks each resource in the user's own units so messages quote them.
+    `classes`: the priority classes its access rule may name (None: the defaults)."""
     quota, limit, weight = [], [], []
     for resource in RESOURCES:
         spec = getattr(body.resources, resource)
@@ -254,6 +260,7 @@ def queue_info(
         max_runtime=_positive_runtime(name, "maxRuntime", getattr(body, "max_runtime", None)),
         gpu_types=_gpu_types(name, getattr(body.resources, "gpu_types", None), quota[0], limit[0]),
         gpu_type_fungibility=_fungibility(getattr(body, "gpu_type_fungibility", None)),
+        access=queue_access(name, getattr(body, "access", None), classes or PriorityClasses()),
     )
 
 
@@ -338,10 +345,11 @@ def parse_queues(documents: Sequence[Any], *, path: str | Path | None = None) ->
     return queues
 
 
-def parse_queue_object(doc: Mapping[str, Any]) -> QueueInfo:
+def parse_queue_object(doc: Mapping[str, Any], *, classes: PriorityClasses | None = None) -> QueueInfo:
     """One Queue document, checked on its own (the tree is checked by the caller, who
-    may hold queues from elsewhere): for objects read one at a time from an API server."""
-    queues = _from_kubernetes(doc, f"queue {doc.get('metadata', {}).get('name', '?')!r}")
+    may hold queues from elsewhere): for objects read one at a time from an API server.
+    `classes`: the priority classes an access rule may name (None: the defaults)."""
+    queues = _from_kubernetes(doc, f"queue {doc.get('metadata', {}).get('name', '?')!r}", classes)
     if len(queues) != 1:
         raise ConfigError("expected one Queue", field="kind")
     return queues[0]
@@ -386,10 +394,12 @@ def _from_entry(entry: Any, index: int) -> QueueInfo:
     return queue_info(spec.name, spec.parent_queue, spec)
 
 
-def _from_kubernetes(doc: Mapping[str, Any], where: str) -> list[QueueInfo]:
+def _from_kubernetes(
+    doc: Mapping[str, Any], where: str, classes: PriorityClasses | None = None
+) -> list[QueueInfo]:
     if doc.get("kind") in _LIST_KINDS:
         items = doc.get("items") or []
-        return [q for i, item in enumerate(items) for q in _from_kubernetes(item, f"items[{i}]")]
+        return [q for i, item in enumerate(items) for q in _from_kubernetes(item, f"items[{i}]", classes)]
     try:
         parsed = _Document.model_validate(doc)
     except ValidationError as e:
@@ -400,10 +410,10 @@ def _from_kubernetes(doc: Mapping[str, Any], where: str) -> list[QueueInfo]:
     if parsed.api_version in (KAI_API_VERSION, KAI_RAY_KUBE_API_VERSION):
         shape = KaiRayKubeQueueSpec if parsed.api_version == KAI_RAY_KUBE_API_VERSION else KaiQueueSpec
         kai = _validate_spec(shape, parsed.spec, name)
-        return [queue_info(name, kai.parent_queue, kai, units=KAI_UNITS)]
+        return [queue_info(name, kai.parent_queue, kai, units=KAI_UNITS, classes=classes)]
     if parsed.api_version == KAI_RAY_API_VERSION:
         own = _validate_spec(KaiRayQueueSpec, parsed.spec, name)
-        return [queue_info(name, own.parent_queue, own)]
+        return [queue_info(name, own.parent_queue, own, classes=classes)]
     raise ConfigError(
         f"apiVersion {parsed.api_version!r} is not supported; use {KAI_API_VERSION} or "
         f"{KAI_RAY_KUBE_API_VERSION} (KAI's units) or {KAI_RAY_API_VERSION} (kai-ray units)",

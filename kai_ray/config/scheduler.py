@@ -56,6 +56,9 @@ class SchedulerOptions(StrictModel):
     # expected to start on (0: off); at most this many gangs hold one at once.
     reserve_after: Duration = 0.0
     max_reservations: int = Field(1, ge=1)
+    # Queues closed to tenants unless a queue's access.tenants (or tenantSelector) names
+    # them (docs/tenants.md); off: a queue without a rule is open to all, as in KAI.
+    closed_queues: bool = False
 
     @field_validator("usage_window", "usage_half_life", "preemption_delay", "reserve_after")
     @classmethod
@@ -136,6 +139,7 @@ def to_scheduler_config(
         usage_window_type=options.usage_window_type,
         reserve_after_s=options.reserve_after,
         max_reservations=options.max_reservations,
+        closed_queues=options.closed_queues,
         topologies={
             name: Topology(name=name, levels=tuple(spec.levels)) for name, spec in (topologies or {}).items()
         },

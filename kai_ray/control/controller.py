@@ -34,6 +34,7 @@ from kai_ray.control.usage import UsageHistory
 from kai_ray.control.validate import (
     SubmitError,
     check_accelerator_types,
+    check_access,
     check_runtimes,
     same_spec,
     validate_spec,
@@ -182,6 +183,7 @@ class Controller(WorkloadTable):
             spec.mixed_accelerator_types,
             self.cluster_grows,
         )
+        check_access(spec, self.queues, self.config.closed_queues)
         if shape in self._accepted:
             spec.resources_per_worker = dict(self._accepted[shape])
             return

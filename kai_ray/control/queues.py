@@ -12,7 +12,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kai_ray.core import GpuTypeFungibility, GpuTypeShare, QueueInfo
+from kai_ray.core import (
+    GpuTypeFungibility,
+    GpuTypeShare,
+    NodeRequirement,
+    QueueAccess,
+    QueueInfo,
+    TenantSelector,
+)
 from kai_ray.core.model.words import listed
 from kai_ray.core.state.queues import QueueTreeError, build_queue_tree
 
@@ -191,4 +198,27 @@ def queue_from_json(data: Mapping[str, Any]) -> QueueInfo:
     fields["gpu_types"] = tuple(GpuTypeShare(**share) for share in fields.get("gpu_types") or ())
     fungibility = fields.get("gpu_type_fungibility")
     fields["gpu_type_fungibility"] = None if fungibility is None else GpuTypeFungibility(**fungibility)
+    access = fields.get("access")
+    fields["access"] = None if access is None else _access_from_json(access)
     return QueueInfo(**fields)
+
+
+def _access_from_json(data: Mapping[str, Any]) -> QueueAccess:
+    selector = data.get("tenant_selector")
+    tenants = data.get("tenants")
+    classes = data.get("priority_classes")
+    return QueueAccess(
+        tenants=None if tenants is None else tuple(tenants),
+        tenant_selector=None
+        if selector is None
+        else TenantSelector(
+            tuple((k, v) for k, v in selector.get("match_labels") or ()),
+            tuple(
+                NodeRequirement(r["key"], r["operator"], tuple(r.get("values") or ()))
+                for r in selector.get("match_expressions") or ()
+            ),
+        ),
+        max_priority=data.get("max_priority"),
+        max_priority_class=data.get("max_priority_class") or "",
+        priority_classes=None if classes is None else tuple((n, int(v)) for n, v in classes),
+    )

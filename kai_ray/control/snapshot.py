@@ -148,6 +148,8 @@ def job_info(w: Workload, node_label: str) -> JobInfo:
         ran=w.ran,
         gpu_types=spec_gpu_types(w.spec),
         mixed_gpu_types=w.spec.mixed_accelerator_types,
+        tenant=w.spec.tenant,
+        tenant_labels=w.spec.tenant_labels,
     )
 
 

@@ -19,8 +19,9 @@ from kai_ray.control.snapshot import (
     resource_gpu_types,
 )
 from kai_ray.control.workload import Workload, WorkloadSpec
-from kai_ray.core import NodeInfo, QueueInfo, Request, device_share, gang_never_fits
+from kai_ray.core import JobInfo, NodeInfo, QueueInfo, Request, device_share, gang_never_fits
 from kai_ray.core.model.quantity import parse_run_time
+from kai_ray.core.state.access import path_of, refusal
 from kai_ray.core.state.queues import leaf_queue_problem, listing
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "SubmitError",
     "accelerator_types",
     "check_accelerator_types",
+    "check_access",
     "check_runtimes",
     "largest_fit",
     "listing",
@@ -40,13 +42,37 @@ STRATEGIES = frozenset({"PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"})
 
 
 class SubmitError(ValueError):
-    """A workload the scheduler refuses; the message names the field and the fix."""
+    """A workload the scheduler refuses; the message names the field and the fix.
+    `code`: the rule's reason code where a queue's access rule refused it (else "")."""
+
+    def __init__(self, message: str, code: str = "") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def queue_problem(name: str, queues: Sequence[QueueInfo]) -> str:
     """Why a workload may not go to queue `name` ("" when it may): the core's rule
     (leaf_queue_problem), on the queues as given."""
     return leaf_queue_problem(name, {q.name: q.parent for q in queues})
+
+
+def check_access(spec: WorkloadSpec, queues: Sequence[QueueInfo], closed_queues: bool) -> None:
+    """Refuse at the door what its queue's access rule would never let run (the core's
+    rule, core/state/access.py: a tenant not admitted, a priority over the ceiling)."""
+    rules = path_of(spec.queue, queues)
+    if not rules and not (closed_queues and spec.tenant is not None):
+        return
+    probe = JobInfo(
+        spec.name or "workload",
+        spec.queue,
+        [],
+        priority=spec.priority,
+        tenant=spec.tenant,
+        tenant_labels=spec.tenant_labels,
+    )
+    said = refusal(probe, rules, closed_queues)
+    if said is not None:
+        raise SubmitError(f"{said.text} [{said.code}]", code=said.code)
 
 
 def check_runtimes(spec: WorkloadSpec) -> None:

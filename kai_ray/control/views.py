@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kai_ray.control.accessview import access_views, refused_by
 from kai_ray.control.forecast import Eta
 from kai_ray.control.snapshot import request_for
 from kai_ray.control.workload import HOLDING, SlotState, State, Workload
@@ -20,6 +21,7 @@ __all__ = [
     "WorkloadView",
     "owned_view",
     "queue_views",
+    "refusal_of",
     "share_standing",
     "worker_signature",
     "workload_view",
@@ -187,10 +189,16 @@ def worker_signature(view: dict[str, Any]) -> list[Any]:
 
 
 def queue_views(
-    queues: Sequence[QueueInfo], status: Mapping[str, QueueStatus], workloads: Iterable[Workload]
+    queues: Sequence[QueueInfo],
+    status: Mapping[str, QueueStatus],
+    workloads: Iterable[Workload],
+    closed: bool = False,
 ) -> list[dict[str, Any]]:
     """Each queue: its spec, the last cycle's fair share, allocation and demand (per
-    resource, in RESOURCES order), and how many of its workloads wait and run."""
+    resource, in RESOURCES order), and how many of its workloads wait and run. Its
+    `access`: its own rule as written and the rule in effect along its path, in words
+    (kai_ray.control.accessview; `closed`: SchedulerConfig.closed_queues), as the
+    dashboard shows it."""
     pending: Counter[str] = Counter()
     running: Counter[str] = Counter()
     for w in workloads:
@@ -198,12 +206,14 @@ def queue_views(
             pending[w.spec.queue] += 1
         elif w.state in HOLDING:
             running[w.spec.queue] += 1
+    access = access_views(queues, closed)
     rows = []
     for q in queues:
         st = status.get(q.name)
         rows.append(
             {
                 **dataclasses.asdict(q),
+                "access": access[q.name],
                 "deserved": list(st.deserved) if st else None,
                 "fair_share": list(st.fair_share) if st else None,
                 "allocated": list(st.allocated) if st else None,
@@ -215,6 +225,15 @@ def queue_views(
             }
         )
     return rows
+
+
+def refusal_of(w: Workload, queues: Sequence[QueueInfo], closed: bool) -> dict[str, Any] | None:
+    """Which access rule of its queue's path refuses the workload, for `kai-ray explain`
+    (kai_ray.control.accessview.refused_by); None when its queue takes it, or it ended."""
+    if w.terminal:
+        return None
+    s = w.spec
+    return refused_by(s.queue, queues, closed, priority=s.priority, tenant=s.tenant, labels=s.tenant_labels)
 
 
 def share_standing(status: QueueStatus | None) -> tuple[str, list[str]]:

@@ -145,6 +145,10 @@ class WorkloadSpec:
     # mixed_accelerator_types. (make_spec takes one type as a string too.)
     accelerator_type: list[str] = field(default_factory=list)
     mixed_accelerator_types: bool = False
+    # Who submitted it (docs/tenants.md): set by the scheduler from the token presented,
+    # never by the submitter; None: no tenant rule binds it (no tokens, or an admin).
+    tenant: str | None = None
+    tenant_labels: dict[str, str] = field(default_factory=dict)
 
     @property
     def gang(self) -> int:

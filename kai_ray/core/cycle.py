@@ -121,7 +121,7 @@ def prepare_cycle(
             known = ", ".join(sorted(ACTIONS))
             raise UnknownActionError(f"scheduler config: unknown action {name!r}; use one of {known}")
     if cache is None:
-        state = build_state(snapshot, build_queue_tree(snapshot.queues))
+        state = build_state(snapshot, build_queue_tree(snapshot.queues), config.closed_queues)
         total, placer = cluster_total(state.nodes), Placer(state, config)
     else:
         state, placer, total = cache.prepare(snapshot, config, policy, changed)
@@ -204,6 +204,7 @@ def finish_cycle(ctx: CycleContext) -> CycleResult:
         pending_reasons={job: reason.text for job, reason in waiting.items()},
         queues=_queue_status(state, ctx.shares),
         invalid=dict(state.invalid),
+        refused=dict(state.refused),
         queue_order=_queue_order(ctx),
         waiting=waiting,
         reservations={job: r for job, r in ctx.reserved.items() if job in waiting},
@@ -254,6 +255,8 @@ def _waiting(ctx: CycleContext) -> dict[str, Reason]:
             reasons[job.info.name] = taken
     for name, text in ctx.state.invalid.items():
         reasons[name] = Reason("invalid", text)
+    for name in ctx.state.refused_waiting:  # its queue takes none of its waiting tasks
+        reasons[name] = ctx.state.refused[name]
     return reasons
 
 

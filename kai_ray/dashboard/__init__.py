@@ -4,6 +4,7 @@ served by the scheduler itself (the Ray scheduler actor, the Kubernetes operator
     feed = Feed(lambda: board_of(loop, time.time(), backend="ray"))
     url = await DashboardServer(feed, access_for(host, token), host, port).start()
     SchedulingLoop(..., listener=feed)   # the loop tells the feed of each cycle
+    feed.follow(loop)                    # ...whose refusals it counts for GET /metrics
 
 Backend-neutral: a backend builds a Board from its own state and reports its cycles.
 """

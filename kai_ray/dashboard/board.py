@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kai_ray.control.accessview import access_views
 from kai_ray.control.loop import SchedulingLoop
 from kai_ray.control.snapshot import NODE_TOPOLOGY
 from kai_ray.control.views import WorkloadView, share_standing
@@ -81,25 +82,34 @@ def queue_rows(
     queues: Sequence[QueueInfo],
     status: Mapping[str, QueueStatus],
     counts: Mapping[str, tuple[int, int]],
+    *,
+    closed: bool = False,
+    refused: Mapping[str, int] | None = None,
 ) -> list[dict[str, Any]]:
     """The queue tree, parents before their children (siblings in creation order), each
-    with its spec and last cycle's figures per resource. `counts`: leaf queue -> (pending,
-    running) workloads; a parent shows the sum over its subtree."""
+    with its spec, its access rule (own and in effect; `closed`: SchedulerConfig's
+    closed_queues) and last cycle's figures per resource. `counts`: leaf queue ->
+    (pending, running) workloads; `refused`: leaf queue -> workloads its access rule
+    refuses; a parent shows the sums over its subtree."""
     children: dict[str | None, list[QueueInfo]] = defaultdict(list)
     names = {q.name for q in queues}
     for q in queues:
         children[q.parent if q.parent in names else None].append(q)
+    access = access_views(queues, closed)
+    refused = refused or {}
     rows: list[dict[str, Any]] = []
 
-    def visit(q: QueueInfo, depth: int) -> tuple[int, int]:
+    def visit(q: QueueInfo, depth: int) -> tuple[int, int, int]:
         row = _queue_row(q, status.get(q.name), depth, [c.name for c in children[q.name]])
+        row["access"] = access[q.name]
         rows.append(row)
         pending, running = counts.get(q.name, (0, 0))
+        turned = refused.get(q.name, 0)
         for child in children[q.name]:
-            p, r = visit(child, depth + 1)
-            pending, running = pending + p, running + r
-        row["pending"], row["running"] = pending, running
-        return pending, running
+            p, r, t = visit(child, depth + 1)
+            pending, running, turned = pending + p, running + r, turned + t
+        row["pending"], row["running"], row["refused"] = pending, running, turned
+        return pending, running, turned
 
     for root in children[None]:
         visit(root, 0)
@@ -309,10 +319,30 @@ def board_of(
         node_row(n, shares.get(n.name, ()), levels, held.get(n.name, {}), display, hidden_labels)
         for n in nodes
     ]
-    tree = queue_rows(queues, loop.queue_status, {q: (c[0], c[1]) for q, c in counts.items()})
+    tree = queue_rows(
+        queues,
+        loop.queue_status,
+        {q: (c[0], c[1]) for q, c in counts.items()},
+        closed=loop.config.closed_queues,
+        refused=_refused_per_queue(loop),
+    )
     return Board(
         backend=backend, at=now, queues=tree, workloads=rows, nodes=node_rows, levels=levels, status=status
     )
+
+
+def _refused_per_queue(loop: SchedulingLoop) -> dict[str, int]:
+    """Workloads of each queue that its access rule refuses, as the last cycle found
+    (waiting, or running since before the rule: those keep running)."""
+    last = loop.last
+    if last is None or not last.result.refused:
+        return {}
+    queue_of = {j.name: j.queue for j in last.snapshot.jobs}
+    out: dict[str, int] = defaultdict(int)
+    for job in last.result.refused:
+        if job in queue_of:
+            out[queue_of[job]] += 1
+    return out
 
 
 def board_from_controller(ctl: Any, now: float, *, backend: str = "ray", **options: Any) -> Board:

@@ -2,6 +2,10 @@
 keeps a revision, the timeline, and the Board built from the backend's state at most
 once per revision, on the first request that needs it (so a scheduler nobody looks at
 builds none). Waiters on a change (the live-update stream) are woken per revision.
+
+A feed that follows its loop (`follow`) also counts the workloads the cycles find
+refused by their queue's access rule (kai_ray.control.refusals), for `GET /metrics`:
+the loop has set its last cycle when it reports it, so nothing else need be passed.
 """
 
 from __future__ import annotations
@@ -10,6 +14,8 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Mapping
 
+from kai_ray.control.loop import SchedulingLoop
+from kai_ray.control.refusals import RefusalCounter
 from kai_ray.core import GPU, QueueStatus
 from kai_ray.dashboard.board import Board
 from kai_ray.dashboard.timeline import Timeline
@@ -26,12 +32,21 @@ class Feed:
         self._board_revision = -1
         self._last_status: dict[str, QueueStatus] = {}
         self._changed: asyncio.Event | None = None
+        self.refusals = RefusalCounter()
+        self._loop: SchedulingLoop | None = None
+
+    def follow(self, loop: SchedulingLoop) -> None:
+        """Count the access refusals of each cycle `loop` reports to this feed."""
+        self._loop = loop
 
     def cycled(self, now: float, queues: Mapping[str, QueueStatus], changed: bool) -> None:
         """A cycle ran at `now` with these queue figures; `changed`: workloads changed
         (the backend's events). A cycle that changed nothing a page shows costs one
         comparison."""
         self.timeline.record(now, {q: st.allocated[GPU] for q, st in queues.items()})
+        last = self._loop.last if self._loop is not None else None
+        if last is not None:
+            self.refusals.cycled(last.result, last.snapshot.jobs)
         if changed or queues != self._last_status:
             self._last_status = dict(queues)
             self.touch()

@@ -12,6 +12,7 @@ is refused: nothing here changes the scheduler (the CLI and the Python API do).
     GET /api/v1/nodes              nodes with their devices and who holds what of each
     GET /api/v1/timeline           GPUs allocated per queue over the last hours
     GET /api/v1/stream             server-sent events: {"revision": N} on every change
+    GET /metrics                   Prometheus' text format: access refusals per queue and rule
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from aiohttp import web
 
 from kai_ray.dashboard.access import COOKIE, Access, token_of
 from kai_ray.dashboard.feed import Feed
+from kai_ray.dashboard.metrics import CONTENT_TYPE, prometheus_text
 from kai_ray.dashboard.query import QueryError, select_workloads
 
 __all__ = ["DEFAULT_PORT", "ENDPOINTS", "DashboardServer"]
@@ -91,6 +93,7 @@ class DashboardServer:
         app.router.add_get("/api/v1/nodes", self._nodes)
         app.router.add_get("/api/v1/timeline", self._timeline)
         app.router.add_get("/api/v1/stream", self._stream)
+        app.router.add_get("/metrics", self._metrics)
         app.router.add_route("*", "/api/{tail:.*}", self._not_found)
         return app
 
@@ -230,6 +233,12 @@ class DashboardServer:
                 await response.write(b"data: " + _dumps({"revision": revision}) + b"\n\n")
                 await asyncio.sleep(STREAM_MIN_GAP_S)
         return response
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        # No board is built: a scrape every few seconds costs the counts' lines only.
+        return web.Response(
+            body=prometheus_text(self.feed.refusals).encode(), headers={"Content-Type": CONTENT_TYPE}
+        )
 
     async def _not_found(self, request: web.Request) -> web.Response:
         return _error(404, f"no endpoint {request.path}; GET /api/v1 lists them")

@@ -76,6 +76,7 @@ _DEFAULT_SUBMITTER = Request(cpu=0.5, memory=200 * 2**20)
 # A RayJob in one of these states is over: its submitter will not be created again.
 _RAYJOB_DONE = frozenset({"Complete", "Failed"})
 _HEAD, _WORKER, _SUBMITTER, _OTHER = 0, 1, 2, 3
+_NO_LABELS: Mapping[str, str] = {}
 
 
 @dataclass(slots=True)
@@ -111,6 +112,8 @@ class Gang:
     # The GPU types its GPU pods accept (kai_ray.control.gputypes); whether it spans types.
     gpu_types: tuple[str, ...] = ()
     mixed_gpu_types: bool = False
+    # Its namespace's labels: the tenant's, which a queue's tenantSelector reads.
+    tenant_labels: Mapping[str, str] = field(default_factory=dict)
 
 
 class _Found(NamedTuple):
@@ -194,6 +197,9 @@ class GangContext:
     default_queue: str
     submitter_elsewhere: Collection[str]  # gang ids whose submitter pod exists outside the gang
     gpu_type_label: str = GPU_PRODUCT_LABEL  # the node label naming a node's GPU type
+    # Each namespace's labels (namespaces without any may be absent): its tenant labels,
+    # and its default queue (NAMESPACE_QUEUE_LABEL) for work that names none.
+    namespaces: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     @classmethod
     def of(
@@ -202,9 +208,14 @@ class GangContext:
         default_queue: str,
         submitter_elsewhere: Collection[str],
         gpu_type_label: str = GPU_PRODUCT_LABEL,
+        namespaces: Mapping[str, Mapping[str, str]] | None = None,
     ) -> GangContext:
         classes = PriorityClasses.of_cluster(priority_classes)
-        return cls(classes, default_queue, submitter_elsewhere, gpu_type_label)
+        return cls(classes, default_queue, submitter_elsewhere, gpu_type_label, namespaces or {})
+
+    def queue_of(self, namespace: str) -> str:
+        """The queue of work that names none: its namespace's, else the operator's default."""
+        return self.namespaces.get(namespace, {}).get(QUEUE_LABEL) or self.default_queue
 
 
 def _submitter(group: _Group, ctx: GangContext, what: str) -> tuple[bool, Request | None]:
@@ -429,7 +440,7 @@ def _gang(group: _Group, ctx: GangContext) -> Gang:
         namespace=namespace,
         kind=top.kind,
         name=top.name,
-        queue=queue.value if queue else ctx.default_queue,
+        queue=queue.value if queue else ctx.queue_of(namespace),
         priority=priority.value,
         priority_class=class_name,
         preemptible=priority.preemptible,
@@ -447,6 +458,7 @@ def _gang(group: _Group, ctx: GangContext) -> Gang:
         max_runtime=limit,
         gpu_types=gpu_types,
         mixed_gpu_types=mixed,
+        tenant_labels=ctx.namespaces.get(namespace, _NO_LABELS),
     )
 
 
@@ -458,6 +470,7 @@ def build_gangs(
     scheduler_names: Collection[str] = ("kai-ray", "kai-scheduler"),
     default_queue: str = "default-queue",
     gpu_type_label: str = GPU_PRODUCT_LABEL,
+    namespaces: Mapping[str, Mapping[str, str]] | None = None,
 ) -> list[Gang]:
     """The gangs of the live pods that name one of `scheduler_names`, oldest first.
 
@@ -474,7 +487,7 @@ def build_gangs(
             groups.setdefault(lineage.gang_id, []).append((pod, lineage))
         elif role == "submitter elsewhere":
             elsewhere.add(lineage.gang_id)
-    ctx = GangContext.of(priority_classes, default_queue, frozenset(elsewhere), gpu_type_label)
+    ctx = GangContext.of(priority_classes, default_queue, frozenset(elsewhere), gpu_type_label, namespaces)
     gangs = [gang_of(members, ctx) for members in groups.values()]
     return sorted(gangs, key=lambda g: (g.created_at, g.id))
 

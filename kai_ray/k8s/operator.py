@@ -94,6 +94,7 @@ class Operator:
             options.default_queue,
             can_grow=options.cluster_can_grow,
             gpu_type_label=options.gpu_type_label,
+            closed_queues=options.config.closed_queues,
         )
         sharing = None if options.sharing is None else DeviceSharing(kube, options.sharing)
         self.actuator = KubeActuator(kube, self.source, sharing, options.in_flight)
@@ -112,6 +113,7 @@ class Operator:
         self.loop = SchedulingLoop(
             self.source, self.actuator, self.lifecycle, options.config, cycles, self.feed
         )
+        self.feed.follow(self.loop)  # the refusals counter reads each cycle's result
         self.stats = CycleStats()
         self.runtimes = Runtimes()
         self.dashboard: DashboardServer | None = None

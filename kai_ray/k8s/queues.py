@@ -10,16 +10,18 @@ other queue keeps working.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from kai_ray.config.errors import ConfigError
+from kai_ray.config.priority import PriorityClasses
 from kai_ray.config.queues import KAI_API_VERSION, KAI_RAY_KUBE_API_VERSION, parse_queue_object
 from kai_ray.core import QueueInfo
+from kai_ray.core.state.access import admits, allows, ceiling, path_of
 from kai_ray.core.state.queues import QueueTreeError, build_queue_tree
 
-__all__ = ["KAI_RAY_QUEUE_API", "QueueSet", "read_queues"]
+__all__ = ["KAI_RAY_QUEUE_API", "QueueSet", "access_status", "read_queues"]
 
 KAI_RAY_QUEUE_API = "kai-ray.io/v2"
 
@@ -31,8 +33,10 @@ class QueueSet:
     source: dict[str, dict[str, Any]] = field(default_factory=dict)  # queue name -> its object
 
 
-def read_queues(objects: Iterable[Mapping[str, Any]]) -> QueueSet:
-    """Every Queue object that can be used, oldest first, and why the others cannot."""
+def read_queues(objects: Iterable[Mapping[str, Any]], classes: Mapping[str, int] | None = None) -> QueueSet:
+    """Every Queue object that can be used, oldest first, and why the others cannot.
+    `classes`: the cluster's PriorityClasses (name -> value), which an access rule may name."""
+    known = PriorityClasses.of_cluster(classes or {})
     ordered = sorted(
         objects, key=lambda o: (o["metadata"].get("creationTimestamp", ""), o["metadata"]["name"])
     )
@@ -47,7 +51,7 @@ def read_queues(objects: Iterable[Mapping[str, Any]]) -> QueueSet:
             )
             continue
         try:
-            result.queues.append(parse_queue_object(_as_kai_document(obj)))
+            result.queues.append(parse_queue_object(_as_kai_document(obj), classes=known))
         except ConfigError as exc:
             result.problems[name] = str(exc)
     _drop_bad_tree(result)
@@ -84,14 +88,20 @@ def queue_status_body(
     waiting: int,
     problem: str,
     units: Mapping[str, float],
+    access: Mapping[str, Any] | None = None,
+    refused: int = 0,
 ) -> dict[str, Any]:
     """The Queue's status: what it holds and asks for, its fair share, how many
-    workloads wait, and a condition saying whether the queue is in use."""
+    workloads wait, and a condition saying whether the queue is in use; where its path
+    sets an access rule, the rule resolved (access_status) and how many workloads it
+    refuses (waiting, or running since before the rule)."""
 
     def triple(values: tuple[float, float, float]) -> dict[str, Any]:
         return {r: _kai_value(r, v, units) for r, v in zip(("gpu", "cpu", "memory"), values, strict=True)}
 
     body: dict[str, Any] = {"waitingWorkloads": waiting}
+    if access is not None:
+        body.update(access=dict(access), refusedWorkloads=refused)
     if status is not None:
         body.update(
             allocated=triple(status.allocated),
@@ -112,3 +122,34 @@ def queue_status_body(
 
 def _kai_value(resource: str, value: float, units: Mapping[str, float]) -> float:
     return round(value / units.get(resource, 1.0), 3)
+
+
+def access_status(
+    queues: Sequence[QueueInfo],
+    closed: bool,
+    namespaces: Iterable[str],
+    labels: Mapping[str, Mapping[str, str]],
+    classes: Mapping[str, int],
+) -> dict[str, dict[str, Any]]:
+    """Per queue whose path sets an access rule (or all, when closed), the rule resolved
+    against the cluster as it is, for its status: the namespaces it admits now and the
+    priority classes it allows. The admission policy reads these (docs/tenants.md): CEL
+    cannot walk the queue tree nor match selectors over every namespace, so the operator
+    writes what the core's rule (core/state/access.py) says of each."""
+    known = PriorityClasses.of_cluster(classes)
+    names = sorted(namespaces)
+    out: dict[str, dict[str, Any]] = {}
+    for q in queues:
+        rules = path_of(q.name, queues)
+        if not rules and not closed:
+            continue
+        body: dict[str, Any] = {}
+        if closed or any(a.sets_tenants for _, a in rules):
+            body["tenants"] = [ns for ns in names if admits(rules, closed, ns, labels.get(ns, {}))]
+        if any(a.sets_priorities for _, a in rules):
+            body["priorityClasses"] = [c for c in known.names if allows(rules, known[c].value)]
+            top = ceiling(rules)
+            if top is not None:
+                body["maxPriority"] = top
+        out[q.name] = body
+    return out

@@ -52,6 +52,7 @@ def rebuild_world(
         scheduler_names=names,
         default_queue=default_queue,
         gpu_type_label=gpu_type_label,
+        namespaces=watches.namespace_labels(),
     )
     return build_world(
         watches.nodes.items.values(),

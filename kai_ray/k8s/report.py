@@ -58,6 +58,7 @@ class Gangs(Protocol):
     def problems(self) -> Mapping[str, Gang]: ...
     @property
     def queue_set(self) -> QueueSet: ...
+    def queue_access(self) -> Mapping[str, Mapping[str, Any]]: ...
 
 
 def condition_reason(reason: Reason) -> str:
@@ -106,6 +107,7 @@ class Reporter:
         self._gang_said: dict[str, str] = {}  # gang id -> reason code of its last Event
         self._forecast_said: dict[str, bool] = {}  # gang id -> an Event of it said its start
         self._queue_said: dict[str, Any] = {}  # queue name -> status written
+        self._refused_said: dict[str, str] = {}  # running gang id -> the rule's words told
 
     async def report(
         self, world: Gangs, result: CycleResult, plan: Plan, etas: Mapping[str, Eta] | None = None
@@ -124,7 +126,8 @@ class Reporter:
                 self._told.pop(job, None)
                 self._forecast_said.pop(job, None)
                 calls.append(self.event(gang, "Normal", "Scheduled", "placed by kai-ray"))
-        calls += self._queues(result, world.queue_set)
+        calls += self._running_refused(world, result)
+        calls += self._queues(result, world)
         for outcome in await gather_limited(calls, self.in_flight):
             if isinstance(outcome, ApiError) and outcome.status != 404:
                 log.warning("status report failed: %s", outcome)
@@ -221,12 +224,32 @@ class Reporter:
             },
         )
 
-    def _queues(self, result: CycleResult, queues: QueueSet) -> list[Any]:
+    def _running_refused(self, world: Gangs, result: CycleResult) -> list[Any]:
+        """Running work that its queue's access rule no longer admits (the rule, or the
+        namespace's labels, changed since it started) is not evicted: it is told, once."""
+        calls = []
+        for job, reason in result.refused.items():
+            gang = world.gangs.get(job)
+            if gang is None or job in result.waiting or self._refused_said.get(job) == reason.text:
+                continue
+            self._refused_said[job] = reason.text
+            message = f"runs, but its queue no longer admits it: {reason.text}; it is not evicted for this"
+            calls.append(self.event(gang, "Warning", condition_reason(reason), message))
+        for job in [j for j in self._refused_said if j not in result.refused]:
+            del self._refused_said[job]
+        return calls
+
+    def _queues(self, result: CycleResult, world: Gangs) -> list[Any]:
+        queues, access = world.queue_set, world.queue_access()
         waiting = Counter(reason_queue for reason_queue in _waiting_queues(result))
+        refused = Counter(g.queue for job in result.refused if (g := world.gangs.get(job)) is not None)
         calls: list[Any] = []
         for name, obj in queues.source.items():
             problem = queues.problems.get(name, "")
-            body = queue_status_body(name, result.queues.get(name), waiting.get(name, 0), problem, KAI_UNITS)
+            status = result.queues.get(name)
+            body = queue_status_body(
+                name, status, waiting.get(name, 0), problem, KAI_UNITS, access.get(name), refused.get(name, 0)
+            )
             body = _finite(body)
             if self._queue_said.get(name) == body:
                 continue

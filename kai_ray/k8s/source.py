@@ -38,6 +38,7 @@ from kai_ray.k8s.reference import rebuild_world, same_world
 from kai_ray.k8s.sharing import idle_reservations
 from kai_ray.k8s.suspension import SUSPENDABLE_KINDS, is_virtual, virtual_pods, virtual_scheduler
 from kai_ray.k8s.taints import Profile, Taint, blocking_taints
+from kai_ray.k8s.tenancy import Namespaces, of_namespaces
 from kai_ray.k8s.watches import OwnerObjects, Watches
 from kai_ray.k8s.world import (
     World,
@@ -63,6 +64,7 @@ class KubeSource:
         *,
         can_grow: bool = False,
         gpu_type_label: str = GPU_PRODUCT_LABEL,
+        closed_queues: bool = False,
     ) -> None:
         self.watches, self.names, self.default_queue = watches, frozenset(scheduler_names), default_queue
         self.can_grow = can_grow  # an autoscaler adds nodes (the operator's --cluster-can-grow)
@@ -90,6 +92,7 @@ class KubeSource:
         self._counted: set[str] = set()  # uids of ours that count as outside use
         self._idle: set[Key] = set()
         self._classes: dict[str, int] = {}
+        self.namespaces = Namespaces(closed_queues)  # the tenants: their labels
         self._snapshot: ClusterSnapshot | None = None
         # What changed since the last observe.
         self._pods: set[Key] = set()
@@ -120,6 +123,9 @@ class KubeSource:
     def queues_changed(self) -> None:
         self._queues = True
 
+    def namespace_changed(self, kind: str, obj: dict[str, Any]) -> None:
+        self.namespaces.changed(obj["metadata"]["name"])
+
     def relisted(self, what: str) -> None:
         """An informer listed again: everything it holds may have changed."""
         if what == "pods" or what == "owners":
@@ -129,6 +135,8 @@ class KubeSource:
             self._all_nodes = self._nodes_moved = True
         elif what == "classes":
             self._all_gangs = True
+        elif what == "namespaces":
+            self.namespaces.relisted()
         else:
             self._queues = True
 
@@ -204,6 +212,10 @@ class KubeSource:
                 out.append((gang, max_runtime_reason(limit)))
         return out
 
+    def queue_access(self) -> dict[str, dict[str, Any]]:
+        """Each ruled queue's rule resolved against the cluster now, for its status."""
+        return self.namespaces.queue_access(self.queue_set.queues, self._classes)
+
     def facts(self, gang: str) -> Facts | None:
         """What people see of a gang beyond the core's job (ObservedLifecycle asks)."""
         found = self.gangs.get(gang)
@@ -223,6 +235,7 @@ class KubeSource:
     def observe(self, now: float) -> ClusterSnapshot:
         self._expire_assumed(now)
         self._read_queues_and_classes()
+        self._read_namespaces()
         self._mark_owners_pods()
         for key in self._pods:
             self.index.update(key, self._obj(key), self.owners, self.names, self._assumed_node, self._touched)
@@ -247,21 +260,30 @@ class KubeSource:
                     self._pods.add(key)
 
     def _read_queues_and_classes(self) -> None:
-        if self._queues:
-            self._queues = False
-            fresh = read_queues(o for inf in self.watches.queues for o in inf.items.values())
-            if fresh.queues != self.queue_set.queues or fresh.problems != self.queue_set.problems:
-                self.queue_set = fresh
-            else:
-                self.queue_set.source = fresh.source
         if self._all_gangs:
             classes = {
                 o["metadata"]["name"]: int(o.get("value", 0)) for o in self.watches.classes.items.values()
             }
             if classes != self._classes:
                 self._classes = classes
+                self._queues = True  # a queue's access rule may name a class
             else:
                 self._all_gangs = False
+        if self._queues:
+            self._queues = False
+            objects = (o for inf in self.watches.queues for o in inf.items.values())
+            fresh = read_queues(objects, self._classes)
+            if fresh.queues != self.queue_set.queues or fresh.problems != self.queue_set.problems:
+                self.queue_set = fresh
+            else:
+                self.queue_set.source = fresh.source
+
+    def _read_namespaces(self) -> None:
+        """A namespace whose labels changed changes its gangs' tenant labels and maybe
+        their queue (its default): those gangs are read again."""
+        moved = self.namespaces.read(self.watches)
+        if moved:
+            self._touched.gangs |= of_namespaces([*self.index.members, *self.gangs, *self.problems], moved)
 
     def _mark_owners_pods(self) -> None:
         if self._all_pods:
@@ -309,7 +331,11 @@ class KubeSource:
         if not self._touched.gangs:
             return
         ctx = GangContext.of(
-            self._classes, self.default_queue, self.index.submitter_elsewhere(), self.gpu_type_label
+            self._classes,
+            self.default_queue,
+            self.index.submitter_elsewhere(),
+            self.gpu_type_label,
+            self.namespaces.labels,
         )
         for gid in sorted(self._touched.gangs):
             self._drop_gang(gid)

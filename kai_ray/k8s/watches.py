@@ -36,6 +36,7 @@ class Subscriber(Protocol):
     def owner_changed(self, owner_kind: str, obj: dict[str, Any]) -> None: ...
     def classes_changed(self) -> None: ...
     def queues_changed(self) -> None: ...
+    def namespace_changed(self, kind: str, obj: dict[str, Any]) -> None: ...
     def relisted(self, what: str) -> None: ...
 
 
@@ -51,9 +52,20 @@ class Watches:
         self.classes = informer("/apis/scheduling.k8s.io/v1/priorityclasses")
         self.queues = [informer(path, optional=True) for path in QUEUE_APIS]
         self.owners = {kind: informer(path, optional=True) for kind, path in OWNER_APIS.items()}
+        # Namespaces are the tenants: their labels select them into queues, and name
+        # their default queue (docs/tenants.md).
+        self.namespaces = informer("/api/v1/namespaces")
 
     def all(self) -> list[Informer]:
-        return [self.nodes, self.pods, self.classes, *self.queues, *self.owners.values()]
+        return [self.nodes, self.pods, self.classes, *self.queues, *self.owners.values(), self.namespaces]
+
+    def namespace_labels(self) -> dict[str, dict[str, str]]:
+        """Every namespace -> its labels."""
+        out = {}
+        for (_, name), obj in self.namespaces.items.items():
+            labels = (obj.get("metadata") or {}).get("labels") or {}
+            out[name] = {str(k): str(v) for k, v in labels.items()}
+        return out
 
     def subscribe(self, to: Subscriber) -> None:
         """Route every informer's deltas, and its relists, to `to`."""
@@ -69,6 +81,8 @@ class Watches:
         for kind, inf in self.owners.items():
             inf.on_change = _owner_delta(to, kind)
             inf.on_relist = lambda: to.relisted("owners")
+        self.namespaces.on_change = to.namespace_changed
+        self.namespaces.on_relist = lambda: to.relisted("namespaces")
 
     async def synced(self) -> None:
         await asyncio.gather(*(i.synced.wait() for i in self.all()))

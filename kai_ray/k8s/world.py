@@ -149,6 +149,8 @@ def gang_job(
         max_runtime=gang.max_runtime,
         gpu_types=gang.gpu_types,
         mixed_gpu_types=gang.mixed_gpu_types,
+        tenant=gang.namespace,  # on Kubernetes a tenant is a namespace (docs/tenants.md)
+        tenant_labels=gang.tenant_labels,
     )
 
 

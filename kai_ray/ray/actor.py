@@ -17,14 +17,17 @@ from typing import Any
 
 import ray
 
+from kai_ray.config.errors import ConfigError
 from kai_ray.control import TERMINAL, QueueChangeError, State, SubmitError, WorkloadChanged, WorkloadSpec
 from kai_ray.control.nodes import node_usage
 from kai_ray.control.queues import queue_from_json
 from kai_ray.control.snapshot import held_by_workloads
 from kai_ray.control.snapshotfile import build_snapshot, write_snapshot
-from kai_ray.control.views import queue_views, worker_signature
+from kai_ray.control.tenants import TenantGate
+from kai_ray.control.views import queue_views, refusal_of, worker_signature
 from kai_ray.core import QueueInfo, SchedulerConfig
 from kai_ray.ray.feed import DISPATCHER_KEY, NAMESPACE
+from kai_ray.ray.metrics import watch_refusals
 from kai_ray.ray.scheduler import PERIOD_S, RayScheduler
 from kai_ray.ray.translate import NODE_ID_LABEL, short_node_ids
 
@@ -47,12 +50,17 @@ class SchedulerActor:
         queues: list[dict[str, Any]],
         config: dict[str, Any] | None = None,
         period_s: float = PERIOD_S,
+        tenants: dict[str, Any] | None = None,
     ) -> None:
         logging.basicConfig(level=logging.INFO)
         cfg = SchedulerConfig(**config) if config else SchedulerConfig()
         infos = [queue_from_json(q) for q in queues] or [DEFAULT_QUEUE]
         self.scheduler = RayScheduler(infos, cfg, period_s)
         self.engine, self.feed = self.scheduler.engine, self.scheduler.feed
+        # Tokens checked on every call that submits, cancels or changes (kai_ray.control.tenants);
+        # the tenants stored before a restart win over those this actor was started with.
+        self.gate = TenantGate(self.engine.records, tenants)
+        self.refusals = watch_refusals(self.scheduler.dashboard.feed, self.engine.loop)  # access refusals
         self._dashboard_started: asyncio.Task[str] | None = None
         # The event loop is not running yet inside __init__: start the loop by a call.
         ray.get_runtime_context().current_actor.start.remote()
@@ -72,41 +80,53 @@ class SchedulerActor:
     # ------------------------------------------------------------ workloads
 
     @_quiet
-    async def submit(self, wid: str, spec: dict[str, Any], persist: bool = True) -> dict[str, Any]:
-        """Queue one workload: {"id"}, or {"id", "submit_error"} when refused."""
+    async def submit(
+        self, wid: str, spec: dict[str, Any], persist: bool = True, token: str | None = None
+    ) -> dict[str, Any]:
+        """Queue one workload: {"id"}, or {"id", "submit_error", "code"} when refused.
+        TokenRefused when tenants are configured and the token names none."""
+        who = self.gate.caller(token)
         try:
-            self.engine.submit(wid, WorkloadSpec(**spec))
+            self.engine.submit(wid, self.gate.stamp(who, WorkloadSpec(**spec)))
         except SubmitError as exc:
-            return {"id": wid, "submit_error": str(exc)}
+            self.refusals.at_door(spec.get("queue", ""), exc.code)
+            return _refused(wid, exc)
         if persist:
             self.engine.flush()  # persisted before the caller hears back
         self._kick()
         return {"id": wid}
 
     @_quiet
-    async def submit_many(self, items: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
-        """Queue several at once: the next cycle sees them all (no first-come advantage)."""
+    async def submit_many(
+        self, items: list[tuple[str, dict[str, Any]]], token: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Queue several at once: the next cycle sees them all (no first-come advantage).
+        One token check for the whole call."""
+        who = self.gate.caller(token)
         out = []
         specs: dict[int, WorkloadSpec] = {}  # one spec object for the copies of one spec
         for wid, spec in items:
             try:
                 made = specs.get(id(spec))
                 if made is None:
-                    made = specs[id(spec)] = WorkloadSpec(**spec)
+                    made = specs[id(spec)] = self.gate.stamp(who, WorkloadSpec(**spec))
                 self.engine.submit(wid, made)
                 out.append({"id": wid})
             except SubmitError as exc:
-                out.append({"id": wid, "submit_error": str(exc)})
+                self.refusals.at_door(spec.get("queue", ""), exc.code)
+                out.append(_refused(wid, exc))
         self.engine.flush()
         self._kick()
         return out
 
     @_quiet
-    async def admit(self, wid: str, spec: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+    async def admit(
+        self, wid: str, spec: dict[str, Any], timeout: float | None = None, token: str | None = None
+    ) -> dict[str, Any]:
         """submit + wait for Running in one round trip (the lowest admission latency)."""
         # No write here: the caller hears back only once it runs, and the write-ahead
         # before its group is created persists it; a crash before that retries this call.
-        answer = await self.submit(wid, spec, persist=False)
+        answer = await self.submit(wid, spec, persist=False, token=token)
         if "submit_error" in answer:
             return answer
         return await self.wait(wid, [State.RUNNING.value], timeout)
@@ -162,28 +182,42 @@ class SchedulerActor:
         ]
 
     @_quiet
-    async def cancel(self, wid: str) -> dict[str, Any]:
+    async def cancel(self, wid: str, token: str | None = None) -> dict[str, Any]:
+        """Cancel a workload: a tenant its own only (TokenRefused otherwise), an admin any."""
+        self._check_owner(token, [wid])
         self._notify(self.engine.cancel(wid))
         self._kick()
         return self._info(wid)
 
     @_quiet
-    async def cancel_many(self, ids: list[str]) -> int:
-        """Cancel the named workloads in one call; how many were cancelled."""
+    async def cancel_many(self, ids: list[str], token: str | None = None) -> int:
+        """Cancel the named workloads in one call; how many were cancelled. Refused as a
+        whole when one of them is another tenant's."""
+        self._check_owner(token, ids)
         events = self.engine.cancel_many(ids)
         self._notify(events)
         self._kick()
         return sum(1 for e in events if isinstance(e, WorkloadChanged) and e.new == State.CANCELLED.value)
 
-    async def cancel_dispatched(self, dispatcher: str, reason: str) -> list[str]:
+    async def cancel_dispatched(self, dispatcher: str, reason: str, token: str | None = None) -> list[str]:
         """A dispatcher restarted and lost what it held: cancel its workloads that have
-        not ended; every workload it ran, so that it can say so when asked."""
-        ids = [
-            w.id for w in self.engine.workloads.values() if w.spec.metadata.get(DISPATCHER_KEY) == dispatcher
+        not ended; every workload it ran, so that it can say so when asked. (Of those,
+        a tenant's token reaches its own only.)"""
+        mine = [
+            w for w in self.engine.workloads.values() if w.spec.metadata.get(DISPATCHER_KEY) == dispatcher
         ]
+        ids = [w.id for w in self.gate.owned(self.gate.caller(token), mine)]
         self._notify(self.engine.cancel_many(ids, reason))
         self._kick()
         return ids
+
+    def _check_owner(self, token: str | None, ids: list[str]) -> None:
+        """TokenRefused unless the token's tenant owns every known workload named (an
+        unknown id is left to the engine, which says it is unknown)."""
+        who = self.gate.caller(token)
+        if who is not None:
+            known = (self.engine.workloads.get(wid) for wid in ids)
+            self.gate.check_owner(who, [w for w in known if w is not None], "cancel")
 
     @_quiet
     async def finish(self, wid: str, attempt: int, ok: bool, error: str = "") -> dict[str, Any]:
@@ -202,18 +236,27 @@ class SchedulerActor:
             "gang_group": info["group"],
         }
 
-    # ------------------------------------------------------------ queues and views
+    # ------------------------------------------------------------ queues (admins, once tenants are on)
 
-    async def apply_queues(self, queues: list[dict[str, Any]], prune: bool = False) -> dict[str, Any]:
-        """Add or update queues (kubectl-apply style); {"error"} when refused as a whole."""
+    async def apply_queues(
+        self, queues: list[dict[str, Any]], prune: bool = False, token: str | None = None
+    ) -> dict[str, Any]:
+        """Add or update queues (kubectl-apply style); {"error"} when refused as a whole.
+        An admin's call when tenants are configured, unless it changes nothing (a tenant's
+        driver passing its usual queues to kai_ray.init() is not refused)."""
+        infos = [queue_from_json(q) for q in queues]
+        current = {q.name: q for q in self.engine.queues}
+        if prune or any(current.get(q.name) != q for q in infos):
+            self.gate.require_admin(token, "queue apply")
         try:
-            change = self.engine.apply_queues([queue_from_json(q) for q in queues], prune=prune)
+            change = self.engine.apply_queues(infos, prune=prune)
         except QueueChangeError as exc:
             return {"error": str(exc)}
         self._kick()
         return {**change.as_dict(), "summary": change.summary()}
 
-    async def delete_queues(self, names: list[str]) -> dict[str, Any]:
+    async def delete_queues(self, names: list[str], token: str | None = None) -> dict[str, Any]:
+        self.gate.require_admin(token, "queue delete")
         try:
             change = self.engine.delete_queues(names)
         except QueueChangeError as exc:
@@ -221,13 +264,41 @@ class SchedulerActor:
         self._kick()
         return {**change.as_dict(), "summary": change.summary()}
 
+    # ------------------------------------------------------------ tenants
+
+    async def apply_tenants(
+        self, document: dict[str, Any] | None, token: str | None = None
+    ) -> dict[str, Any]:
+        """Replace the tenants file (None: stop checking tokens); {"error"} for a bad
+        document, nothing changed. An admin's call when tenants are configured."""
+        try:
+            return self.gate.apply(document, token)
+        except ConfigError as exc:
+            return {"error": str(exc)}
+
+    async def tenants(self) -> dict[str, Any]:
+        """Who is configured (names, roles, labels; never the hashes)."""
+        return self.gate.summary()
+
+    async def whoami(self, token: str | None = None) -> dict[str, Any]:
+        """Whom the token names: {"configured", "name", "admin", "labels"}."""
+        who = self.gate.caller(token)
+        if who is None:
+            return {"configured": False, "name": None, "admin": False, "labels": {}}
+        return {"configured": True, "name": who.name, "admin": who.admin, "labels": dict(who.labels)}
+
+    # ------------------------------------------------------------ views
+
     async def queues(self) -> list[dict[str, Any]]:
-        return queue_views(self.engine.queues, self.engine.queue_status, self.engine.workloads.values())
+        e = self.engine
+        return queue_views(e.queues, e.queue_status, e.workloads.values(), e.config.closed_queues)
 
     async def explain(self, wid: str) -> dict[str, Any]:
         info = self._info(wid)
         rows = {q["name"]: q for q in await self.queues()}
         info["queue_status"] = rows.get(info["queue"])
+        e = self.engine  # which access rule stops it, named (kai-ray explain):
+        info["access_rule"] = refusal_of(e.workloads[wid], e.queues, e.config.closed_queues)
         return info
 
     async def status(self) -> dict[str, Any]:
@@ -255,8 +326,11 @@ class SchedulerActor:
         return write_snapshot(snap, e.config, now, "ray")
 
     def _info(self, wid: str, with_eta: bool = True) -> dict[str, Any]:
-        """A workload's view, with Ray's 56-digit node ids in its words shortened."""
-        return short_node_ids(self.engine.info(wid, with_eta))
+        """A workload's view, with Ray's 56-digit node ids in its words shortened, and
+        its tenant (None: an admin's, or no tenants when it was submitted)."""
+        view = short_node_ids(self.engine.info(wid, with_eta))
+        view["tenant"] = self.engine.workloads[wid].spec.tenant
+        return view
 
     async def ping(self) -> float:
         return time.time()
@@ -283,11 +357,18 @@ class SchedulerActor:
         return self.scheduler.dashboard.info()
 
 
+def _refused(wid: str, exc: SubmitError) -> dict[str, Any]:
+    return {"id": wid, "submit_error": str(exc), "code": exc.code}
+
+
 def get_or_start_scheduler(
-    queues: list[QueueInfo] | None = None, config: SchedulerConfig | None = None
+    queues: list[QueueInfo] | None = None,
+    config: SchedulerConfig | None = None,
+    tenants: dict[str, Any] | None = None,
 ) -> Any:
     """The running scheduler actor, or a new one (detached: it outlives this driver).
-    Started on the head node, which a cluster keeps for as long as it lives."""
+    Started on the head node, which a cluster keeps for as long as it lives. `tenants`:
+    a tenants document (kai_ray.config.tenants), for a new one only."""
     try:
         return ray.get_actor(SCHEDULER_NAME, namespace=NAMESPACE)
     except ValueError:
@@ -302,6 +383,6 @@ def get_or_start_scheduler(
         lifetime="detached",
         get_if_exists=True,
         resources={"node:__internal_head__": 0.001},
-    ).remote([dataclasses.asdict(q) for q in (queues or [])], cfg)
+    ).remote([dataclasses.asdict(q) for q in (queues or [])], cfg, tenants=tenants)
     ray.get(handle.ping.remote())
     return handle

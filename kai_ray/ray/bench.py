@@ -8,7 +8,9 @@ In one run, on a fresh local multi-node cluster (ray.cluster_utils, fake GPUs):
   alone creating the same N one-bundle placement groups (all asked for at once, then
   waited for), and the ratio (target: at least 0.8);
 - preemption latency: from the victim stopped (its group removed) to the preemptor
-  running, and from the preemptor's submission to it running (grace period 0).
+  running, and from the preemptor's submission to it running (grace period 0);
+- tenants' tokens: admissions per second with tokens checked against without, in the
+  same run (kai_ray.ray.benchtokens; target: at least 0.95).
 Each sample removes its group and waits 0.2 s, both paths alike: Ray re-uses capacity
 freed a moment earlier only after a retry back-off (~1 s), which would swamp the figures.
 """
@@ -20,6 +22,8 @@ import statistics
 import time
 from collections.abc import Callable
 from typing import Any
+
+from kai_ray.ray.benchtokens import wait_counts
 
 __all__ = ["bench_ray"]
 
@@ -97,17 +101,6 @@ def _latency(sched: Any, samples: int) -> dict[str, Any]:
     return out
 
 
-def _wait_counts(sched: Any, pred: Callable[[dict[str, int]], bool], timeout: float) -> None:
-    import ray
-
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if pred(ray.get(sched.handle.counts.remote())):
-            return
-        time.sleep(0.02)
-    raise TimeoutError(f"bench: workloads not settled after {timeout}s")
-
-
 def _throughput(sched: Any, queued: int, rounds: int = 3) -> dict[str, Any]:
     """kai-ray and Ray alone, alternately, after a small warm-up of each: the medians of
     `rounds` rounds (one round swings by a third on a loaded 2-core machine)."""
@@ -137,7 +130,7 @@ def _admit_all(sched: Any, n: int) -> float:
     spec = make_spec("bench", kind="block", resources_per_worker={"CPU": 0.01})
     t0 = time.perf_counter()
     ids = sched.submit_many([spec] * n)
-    _wait_counts(sched, lambda c: c.get("Running", 0) >= n, timeout=300)
+    wait_counts(sched, lambda c: c.get("Running", 0) >= n, timeout=300)
     rate = n / (time.perf_counter() - t0)
     for wid in ids:
         sched.cancel(wid)
@@ -191,7 +184,7 @@ def _preemption(sched: Any, rounds: int) -> dict[str, Any]:
     }
 
 
-MEASURES = ("latency", "throughput", "preemption", "queued", "backlog")
+MEASURES = ("latency", "throughput", "preemption", "tokens", "queued", "backlog")
 
 
 def bench_ray(
@@ -206,18 +199,20 @@ def bench_ray(
     """Run the measures asked for, each on a fresh local cluster (the first three share
     one); print and return the figures."""
     from kai_ray.ray.benchqueue import bench_backlog, bench_queued, local_cluster
+    from kai_ray.ray.benchtokens import bench_tokens
 
     unknown = sorted(set(measures) - set(MEASURES))
     if unknown:
         raise ValueError(f"bench ray --only: no measure {unknown[0]!r}; choose from {', '.join(MEASURES)}")
     result: dict[str, Any] = {"cluster": CLUSTER}
-    classic = [m for m in measures if m in ("latency", "throughput", "preemption")]
+    classic = [m for m in measures if m in ("latency", "throughput", "preemption", "tokens")]
     if classic:
         with local_cluster(QUEUES) as sched:
             take: dict[str, Callable[[], dict[str, Any]]] = {
                 "latency": lambda: _latency(sched, samples),
                 "throughput": lambda: _throughput(sched, queued),
                 "preemption": lambda: _preemption(sched, preemptions),
+                "tokens": lambda: bench_tokens(sched, queued),
             }
             for name in classic:
                 result[name] = take[name]()
@@ -242,6 +237,9 @@ def _targets(r: dict[str, Any]) -> dict[str, dict[str, Any]]:
     if "throughput" in r:
         ratio = r["throughput"]["ratio_to_ray_alone"]
         out["throughput"] = {"target": "admissions >= 0.8 of Ray alone", "met": ratio >= 0.8}
+    if "tokens" in r:
+        ratio = r["tokens"]["ratio_on_to_off"]
+        out["tokens"] = {"target": "admissions with tokens >= 0.95 of without (paired)", "met": ratio >= 0.95}
     if "queued" in r:
         q = r["queued"]
         for way, figures in q.items():
@@ -286,6 +284,15 @@ def _text(r: dict[str, Any]) -> str:
             f"preemption: victim stopped -> preemptor running p50 "
             f"{p['victim_stopped_to_preemptor_running']['p50_ms']:.1f} ms; preemptor "
             f"submit -> running p50 {p['preemptor_submit_to_running']['p50_ms']:.1f} ms"
+        )
+    if "tokens" in r:
+        t = r["tokens"]
+        lines.append(
+            f"tokens: {t['workloads']} queued workloads, median of {t['rounds']} rounds: "
+            f"{t['tokens_on_admissions_per_s']}/s with tokens, {t['tokens_off_admissions_per_s']}/s "
+            f"without (paired ratio {t['ratio_on_to_off']}, of medians {t['ratio_of_medians']}, "
+            f"target >= {t['target_ratio']}); the check {t['token_check_us']} us a call; single "
+            f"submissions {t['tokens_on_single_per_s']}/s with, {t['tokens_off_single_per_s']}/s without"
         )
     floor = r.get("queued", {}).get("ray_calls_in_flight")
     if floor:

@@ -4,6 +4,7 @@ user API in kai_ray.api, the CLI, the benchmark): workload ids, specs, queue arg
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import uuid
 from collections.abc import Mapping, Sequence
@@ -13,16 +14,20 @@ from typing import Any, Literal
 import ray
 
 from kai_ray.control import OWNER_KEY, QueueChangeError, SubmitError, WorkloadSpec
+from kai_ray.control.tenants import TOKEN_ENV
 from kai_ray.control.validate import accelerator_types, check_accelerator_types, check_runtimes
 from kai_ray.core import QueueInfo
 
 __all__ = [
     "QueuesArg",
     "Scheduler",
+    "TenantsArg",
     "check_workload_id",
     "load_queue_arg",
+    "load_tenants_arg",
     "make_spec",
     "new_workload_id",
+    "resolve_token",
     "worker_resources",
 ]
 
@@ -30,6 +35,8 @@ _List = list  # `Scheduler.list` shadows the builtin inside the class
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}")
 
 QueuesArg = str | Path | Sequence[QueueInfo] | Sequence[dict[str, Any]] | None
+# A tenants file's path, its document, or the parsed file (kai_ray.config.tenants).
+TenantsArg = str | Path | Mapping[str, Any] | Any | None
 
 
 def load_queue_arg(queues: QueuesArg) -> list[QueueInfo] | None:
@@ -51,28 +58,55 @@ def load_queue_arg(queues: QueuesArg) -> list[QueueInfo] | None:
     return parse_queues([items])
 
 
+def load_tenants_arg(tenants: TenantsArg) -> dict[str, Any] | None:
+    """A tenants file path, its document or the parsed file -> the checked document
+    (ConfigError naming the entry, the field and the fix)."""
+    if tenants is None:
+        return None
+    from kai_ray.config.tenants import TenantsFile, load_tenants, parse_tenants
+
+    if isinstance(tenants, str | Path):
+        return load_tenants(tenants).document()
+    if isinstance(tenants, TenantsFile):
+        return tenants.document()
+    return parse_tenants(tenants).document()
+
+
+def resolve_token(token: str | None = None) -> str | None:
+    """The token given, else $KAI_RAY_TOKEN, else None."""
+    return token or os.environ.get(TOKEN_ENV) or None
+
+
 class Scheduler:
-    """A thin client of the scheduler actor; every call is one actor round trip."""
+    """A thin client of the scheduler actor; every call is one actor round trip.
+    `token` (default: $KAI_RAY_TOKEN) goes with every call that submits, cancels or
+    changes something; the scheduler checks it once tenants are configured."""
 
-    def __init__(self, handle: Any) -> None:
+    def __init__(self, handle: Any, token: str | None = None) -> None:
         self.handle = handle
+        self.token = resolve_token(token)
 
-    def _call(self, method: str, *args: Any, timeout: float | None = None) -> Any:
+    def _call(self, method: str, *args: Any, timeout: float | None = None, **kwargs: Any) -> Any:
         try:
-            return ray.get(getattr(self.handle, method).remote(*args), timeout=timeout)
+            return ray.get(getattr(self.handle, method).remote(*args, **kwargs), timeout=timeout)
         except ray.exceptions.RayTaskError as exc:
-            # A mistake of the caller's (unknown workload, bad queue tree): raise it as is.
-            if isinstance(exc.cause, KeyError | ValueError):
+            # A mistake of the caller's (unknown workload, bad queue tree, a token the
+            # tenants do not allow: TokenRefused): raise it as is.
+            if isinstance(exc.cause, KeyError | ValueError | PermissionError):
                 raise exc.cause from None
             raise
+
+    def _signed(self, method: str, *args: Any) -> Any:
+        """A call that submits, cancels or changes: it carries the token."""
+        return self._call(method, *args, token=self.token)
 
     def submit(self, spec: WorkloadSpec, wid: str | None = None) -> str:
         """Queue a workload; its id (`wid`, or a new one). Raises SubmitError."""
         wid = check_workload_id(wid) if wid else new_workload_id(spec.name)
         _stamp_owner(_upload_job_files(spec))
-        info = self._call("submit", wid, dataclasses.asdict(spec))
+        info = self._signed("submit", wid, dataclasses.asdict(spec))
         if "submit_error" in info:
-            raise SubmitError(info["submit_error"])
+            raise SubmitError(info["submit_error"], code=info.get("code", ""))
         return wid
 
     def submit_many(self, specs: Sequence[WorkloadSpec]) -> list[str]:
@@ -85,10 +119,10 @@ class Scheduler:
             if id(s) not in prepared:
                 prepared[id(s)] = dataclasses.asdict(_stamp_owner(_upload_job_files(s)))
             items.append((new_workload_id(s.name), prepared[id(s)]))
-        answers = self._call("submit_many", items)
+        answers = self._signed("submit_many", items)
         for a in answers:
             if "submit_error" in a:
-                raise SubmitError(a["submit_error"])
+                raise SubmitError(a["submit_error"], code=a.get("code", ""))
         return [a["id"] for a in answers]
 
     def wait(self, wid: str, states: Sequence[str], timeout: float | None = None) -> dict[str, Any]:
@@ -104,11 +138,12 @@ class Scheduler:
         return self._call("eta", wid)  # type: ignore[no-any-return]
 
     def cancel(self, wid: str) -> dict[str, Any]:
-        return self._call("cancel", wid)  # type: ignore[no-any-return]
+        """Cancel a workload (once tenants are configured: one's own, or any as an admin)."""
+        return self._signed("cancel", wid)  # type: ignore[no-any-return]
 
     def cancel_many(self, ids: Sequence[str]) -> int:
         """Cancel several workloads in one call (one write); how many were cancelled."""
-        return self._call("cancel_many", list(ids))  # type: ignore[no-any-return]
+        return self._signed("cancel_many", list(ids))  # type: ignore[no-any-return]
 
     def finish(self, wid: str, attempt: int, ok: bool, error: str = "") -> dict[str, Any]:
         return self._call("finish", wid, attempt, ok, error)  # type: ignore[no-any-return]
@@ -143,11 +178,35 @@ class Scheduler:
         Returns what changed ({"added", "updated", "unchanged", "removed", "kept",
         "summary"}); raises QueueChangeError, changing nothing, when refused."""
         infos = load_queue_arg(queues) or []
-        return _changed(self._call("apply_queues", [dataclasses.asdict(q) for q in infos], prune))
+        return _changed(self._signed("apply_queues", [dataclasses.asdict(q) for q in infos], prune))
 
     def delete_queues(self, names: Sequence[str]) -> dict[str, Any]:
         """Remove queues that hold no workloads; raises QueueChangeError otherwise."""
-        return _changed(self._call("delete_queues", list(names)))
+        return _changed(self._signed("delete_queues", list(names)))
+
+    # ------------------------------------------------------------ tenants (kai_ray.control.tenants)
+
+    def apply_tenants(self, tenants: TenantsArg) -> dict[str, Any]:
+        """Replace the tenants file (an admin's token once tenants are configured):
+        {"tenants", "admins", "summary"}. ConfigError for a bad file, nothing changed."""
+        from kai_ray.config.errors import ConfigError
+
+        answer: dict[str, Any] = self._signed("apply_tenants", load_tenants_arg(tenants))
+        if "error" in answer:
+            raise ConfigError(answer["error"])
+        return answer
+
+    def clear_tenants(self) -> dict[str, Any]:
+        """Stop checking tokens (an admin's token): every caller is trusted again."""
+        return self._signed("apply_tenants", None)  # type: ignore[no-any-return]
+
+    def tenants(self) -> dict[str, Any]:
+        """The tenants and admins configured (names, roles, labels; never the hashes)."""
+        return self._call("tenants")  # type: ignore[no-any-return]
+
+    def whoami(self) -> dict[str, Any]:
+        """Whom this client's token names: {"configured", "name", "admin", "labels"}."""
+        return self._signed("whoami")  # type: ignore[no-any-return]
 
 
 def _changed(answer: dict[str, Any]) -> dict[str, Any]:

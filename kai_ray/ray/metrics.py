@@ -10,9 +10,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from ray.util.metrics import Counter, Gauge, Histogram
 
 from kai_ray.control import Admitted, ControlEvent, Preempted, State, Workload
+from kai_ray.control.loop import SchedulingLoop
+from kai_ray.control.refusals import HELP as REFUSALS_HELP
+from kai_ray.control.refusals import METRIC as REFUSALS
+from kai_ray.control.refusals import RefusalCounter
 from kai_ray.core import RESOURCES, QueueInfo, QueueStatus
+from kai_ray.dashboard.feed import Feed
 
-__all__ = ["SERIES", "SchedulerMetrics"]
+__all__ = ["SERIES", "SchedulerMetrics", "watch_refusals"]
 
 _WAIT_BUCKETS = [0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 1800]
 _CYCLE_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5]
@@ -97,3 +102,14 @@ class SchedulerMetrics:
             elif isinstance(e, Admitted):
                 self.admissions.inc(1, tags={"queue": e.queue})
                 self.admission_wait.observe(max(0.0, e.waited), tags={"queue": e.queue})
+
+
+def watch_refusals(feed: Feed, loop: SchedulingLoop) -> RefusalCounter:
+    """The dashboard's feed counts the access refusals of each cycle of `loop` (and, as
+    the actor tells it, those at the door), for its `GET /metrics`; Ray's metrics export
+    each count too, as ray_kai_ray_queue_access_refusals_total. (Not in SERIES: a Ray
+    counter appears only once counted, and SERIES is what every cluster exports.)"""
+    feed.follow(loop)
+    counter = Counter(REFUSALS, REFUSALS_HELP, tag_keys=("queue", "rule"))
+    feed.refusals.subscribe(lambda queue, rule: counter.inc(1, tags={"queue": queue, "rule": rule}))
+    return feed.refusals

@@ -77,6 +77,8 @@ def build_job(spec: JobSpec, position: int, context: JobContext) -> JobInfo:
         subgroups=subgroups,
         gpu_types=tuple(spec.gpu_types),
         mixed_gpu_types=spec.mixed_gpu_types,
+        tenant=spec.tenant,
+        tenant_labels=dict(spec.tenant_labels),
     )
 
 

@@ -89,12 +89,13 @@ def parse_scenario(raw: Any, *, path: str | Path | None = None) -> Scenario:
 def _build(spec: ScenarioFile, path: str | Path | None) -> Scenario:
     _check_task_total(spec)
     nodes = [_node(name, node) for name, node in spec.nodes.items()]
-    queues = _queues(spec)
+    classes = PriorityClasses(spec.priority_classes)
+    queues = _queues(spec, classes)
     config = to_scheduler_config(spec.config, spec.actions, spec.topologies)
     context = JobContext(
         nodes={n.name: n for n in nodes},
         queues=queues,
-        classes=PriorityClasses(spec.priority_classes),
+        classes=classes,
         topologies=dict(config.topologies),
         symbols=GpuSymbols(),
         now=spec.now,
@@ -133,10 +134,10 @@ def _node(name: str, spec: NodeSpec) -> NodeInfo:
     )
 
 
-def _queues(spec: ScenarioFile) -> list[QueueInfo]:
+def _queues(spec: ScenarioFile, classes: PriorityClasses) -> list[QueueInfo]:
     if spec.queues is None:
         return [DEFAULT_QUEUE]
-    queues = [queue_info(q.name, q.parent, q) for q in spec.queues]
+    queues = [queue_info(q.name, q.parent, q, classes=classes) for q in spec.queues]
     check_queue_tree(queues)
     return queues
 

@@ -185,6 +185,11 @@ class JobSpec(_Finite):
     sub_groups: list[SubGroupSpec] | None = None  # the gang as subgroups, each with its minimum
     gpu_types: GpuTypeList = ()  # the GPU types it accepts, most preferred first; none: any
     mixed_gpu_types: bool = False  # its gang may span GPU types
+    # Who submitted it (docs/tenants.md): a namespace on Kubernetes, a token's tenant on
+    # Ray; unset: a trusted submitter, whom no tenant rule binds. Its labels: the
+    # namespace's (or the Ray tenant's), for a queue's tenantSelector.
+    tenant: str | None = Field(None, min_length=1)
+    tenant_labels: Labels = Field(default_factory=dict)
     tasks: Tasks
 
     @field_validator("tasks")

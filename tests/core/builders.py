@@ -124,6 +124,7 @@ class ClusterBuilder:
         spread: str = "",
         gpu_types: tuple[str, ...] = (),
         mixed_gpu_types: bool = False,
+        tenant: str | None = None,
     ) -> ClusterBuilder:
         value = PRIORITY[priority] if isinstance(priority, str) else priority
         self._request = Request(gpu=0 if gpu_memory else gpu, gpu_memory=gpu_memory, cpu=cpu, memory=memory)
@@ -140,6 +141,7 @@ class ClusterBuilder:
             spread=spread,
             gpu_types=gpu_types,
             mixed_gpu_types=mixed_gpu_types,
+            tenant=tenant,
         )
         self.jobs.append(self._job)
         return self

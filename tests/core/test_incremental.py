@@ -277,6 +277,7 @@ def assert_same_state(a: ClusterState, b: ClusterState) -> None:
     assert a.usage.allocated_nonpreemptible == b.usage.allocated_nonpreemptible
     assert np.array_equal(a.usage.requested, b.usage.requested)
     assert a.invalid == b.invalid
+    assert a.refused == b.refused and a.refused_waiting == b.refused_waiting
     assert [(j.name, j.active_count, j.pending_count, j.uniform) for j in a.jobs] == [
         (j.name, j.active_count, j.pending_count, j.uniform) for j in b.jobs
     ]

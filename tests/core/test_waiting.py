@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kai_ray.core import REASON_CODES, Reason, TopologyConstraint
+from kai_ray.core import REASON_CODES, QueueAccess, Reason, TopologyConstraint
 
 from .builders import ClusterBuilder, affinity, cycle, outcome, req
 
@@ -248,6 +248,26 @@ CASES = [
         "reserved",
         "reserved for gang gang",
         config={"reserve_after_s": 60.0, "now": 120.0},
+    ),
+    Case(
+        "a tenant its queue does not admit",
+        ClusterBuilder()
+        .node("n0", gpus=2)
+        .queue("q", gpu_quota=2, access=QueueAccess(tenants=("team-a",)))
+        .job("j", "q", tenant="team-b")
+        .pending(),
+        "queue-tenant",
+        "queue 'q' admits tenant team-a, not tenant 'team-b'",
+    ),
+    Case(
+        "a priority over its queue's ceiling",
+        ClusterBuilder()
+        .node("n0", gpus=2)
+        .queue("q", gpu_quota=2, access=QueueAccess(max_priority=100, max_priority_class="build"))
+        .job("j", "q", priority="inference")
+        .pending(),
+        "priority-ceiling",
+        "priority 125 is over the ceiling of queue 'q', 100 (build)",
     ),
 ]
 

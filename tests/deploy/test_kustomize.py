@@ -63,6 +63,8 @@ def test_the_base_renders_the_charts_rules_and_the_images_command(helm_kubectl: 
             ("Deployment", "kai-ray"),
             *[("PriorityClass", c) for c in ("train", "build-preemptible", "build", "inference")],
             *[("CustomResourceDefinition", crd) for crd in crd_names()],
+            ("ValidatingAdmissionPolicy", "kai-ray-queue-access"),
+            ("ValidatingAdmissionPolicyBinding", "kai-ray-queue-access"),
         ]
     ), kinds
 

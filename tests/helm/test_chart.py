@@ -55,6 +55,34 @@ def test_the_crd_is_the_operators_own(copy: Path) -> None:
     assert ours and {p.name: p.read_text() for p in sorted(copy.glob("*.yaml"))} == ours
 
 
+POLICY = REPO / "operators" / "base" / "queue-access-policy.yaml"
+
+
+def test_the_queue_access_policy_is_the_bases_own() -> None:
+    assert (CHART / "files" / POLICY.name).read_text() == POLICY.read_text()
+
+
+@pytest.mark.parametrize(
+    ("sets", "policy", "closed"),
+    [((), True, False), (("queueAccess.admissionPolicy=false", "queueAccess.closed=true"), False, True)],
+    ids=["defaults", "no-policy-closed"],
+)
+def test_queue_access_values(
+    helm_kubectl: tuple[str, str], sets: tuple[str, ...], policy: bool, closed: bool
+) -> None:
+    docs = render(helm_kubectl[0], *sets)
+    found = sorted(d["kind"] for d in docs if d["kind"].startswith("ValidatingAdmissionPolicy"))
+    want = ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+    assert found == (want if policy else [])
+    if policy:
+        assert [d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"] == [
+            d for d in yaml.safe_load_all(POLICY.read_text()) if d["kind"] == "ValidatingAdmissionPolicy"
+        ]
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    script = deployment["spec"]["template"]["spec"]["containers"][0]["command"][2]
+    assert ("--closed-queues" in script) is closed
+
+
 @pytest.mark.parametrize(
     ("sets", "expect"),
     [

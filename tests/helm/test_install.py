@@ -74,8 +74,11 @@ NEEDED = [
     ("patch", "rayjobs.ray.io"),
     ("patch", "jobs.batch"),  # a Job past its max runtime is suspended
     ("watch", "priorityclasses"),
+    ("watch", "namespaces"),  # the tenants: labels select them, name their default queue
 ]
 NOT_NEEDED = [
+    ("update", "namespaces"),
+    ("patch", "queues.kai-ray.io"),  # a queue's rules are the admin's (docs/tenants.md)
     ("get", "secrets"),
     ("list", "secrets"),
     ("create", "pods"),

@@ -32,6 +32,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 --default-queue {{ .Values.defaultQueue }}{{ range .Values.schedulerNames }} --scheduler-name {{ . }}{{ end }}
 {{- if .Values.dashboard.service.enabled }} --dashboard 0.0.0.0:{{ .Values.dashboard.port }}{{ else }} --dashboard 127.0.0.1:{{ .Values.dashboard.port }}{{ end }}
 {{- if .Values.autoscaling.clusterCanGrow }} --cluster-can-grow{{ end }}
+{{- if .Values.queueAccess.closed }} --closed-queues{{ end }}
 {{- with .Values.autoscaling.preemptionDelay }}
 {{- if not (regexMatch "^[0-9][0-9.]*(ms|s|m|h|d)?([0-9.]+(ms|s|m|h|d))*$" (toString .)) }}
 {{- fail (printf "autoscaling.preemptionDelay is %q: write a duration such as 2m, 90s or 0s" (toString .)) }}

@@ -64,7 +64,7 @@ from kai_ray.core.rules.placement import Placer
 from kai_ray.core.rules.policy import Policy
 from kai_ray.core.session.waitingline import WaitingLine
 from kai_ray.core.state.accounting import constrain, count_tasks, make_task
-from kai_ray.core.state.build import build_state_and_leaves, job_problem
+from kai_ray.core.state.build import build_state_and_leaves, job_as_taken, job_problem
 from kai_ray.core.state.cluster import ClusterState
 from kai_ray.core.state.jobs import Job, Task
 from kai_ray.core.state.leafsums import LeafSums
@@ -156,7 +156,7 @@ class CycleCache:
         self.victims.forget()
         self._requests = {}
         state, self._leaves, self._sums = build_state_and_leaves(
-            snapshot, build_queue_tree(snapshot.queues), self._requests
+            snapshot, build_queue_tree(snapshot.queues), self._requests, config.closed_queues
         )
         self.state, self.placer = state, Placer(state, config)
         self._config, self._policy = config, policy
@@ -175,7 +175,9 @@ class CycleCache:
             extended = _extended_of(info)
             self._extended.update(extended)
             built = state.job_index.get(info.name)
-            valid = built if built is not None and built.info is info else None
+            # A job its queue does not take is built from what it holds (a copy).
+            ours = built is not None and (built.info is info or info.name in state.refused)
+            valid = built if ours else None
             line.append(Entry(info, valid, extended))
             self._entries[info.name] = line[-1]
         if len(self._entries) != len(snapshot.jobs):
@@ -314,7 +316,10 @@ class CycleCache:
         if problem:
             state.invalid[info.name] = problem
             return Entry(info, None, extended)
-        job = _make_job(info, state, self._requests)
+        taken = job_as_taken(info, state)
+        if taken is None:
+            return Entry(info, None, extended)
+        job = _make_job(taken, state, self._requests)
         state.job_index[info.name] = job
         self._members.setdefault(job.queue, {})[id(job)] = job
         self._sums.add(job, 1)
@@ -333,6 +338,8 @@ class CycleCache:
         assert state is not None
         self._extended.subtract(entry.extended)
         name, job = entry.info.name, entry.job
+        state.refused.pop(name, None)
+        state.refused_waiting.discard(name)
         if job is None:
             state.invalid.pop(name, None)
             return

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from kai_ray.core.model.access import QueueAccess, TenantSelector
 from kai_ray.core.model.affinity import NodeAffinity, NodeRequirement, NodeSelectorTerm
 from kai_ray.core.model.gpushare import device_share, shares_device
 
@@ -44,6 +45,7 @@ __all__ = [
     "NodeRequirement",
     "NodeSelectorTerm",
     "Pipeline",
+    "QueueAccess",
     "QueueInfo",
     "QueueStatus",
     "Reason",
@@ -53,6 +55,7 @@ __all__ = [
     "TakeBack",
     "TaskInfo",
     "TaskStatus",
+    "TenantSelector",
     "Topology",
     "TopologyConstraint",
 ]
@@ -188,6 +191,10 @@ class QueueInfo:
     max_runtime: float | None = None
     gpu_types: tuple[GpuTypeShare, ...] = ()  # per GPU type; a type not listed: no quota of it
     gpu_type_fungibility: GpuTypeFungibility | None = None  # None: the parent's (top: defaults)
+    # Who may submit to it and at which priorities (model/access.py); None: no rule of
+    # its own, its parent's holds (at the top: open to all, unless SchedulerConfig says
+    # closed_queues).
+    access: QueueAccess | None = None
 
 
 # Node labels whose value is the node's own identity: Kubernetes' hostname label, and
@@ -267,6 +274,11 @@ class JobInfo:
     # on one type (the first of them with room) unless `mixed_gpu_types`.
     gpu_types: tuple[str, ...] = ()
     mixed_gpu_types: bool = False
+    # Who submitted it (model/access.py): a namespace on Kubernetes, a token's tenant on
+    # Ray; None: no tenant rule applies (a trusted submitter: Ray without tokens, an
+    # admin). Its labels are the namespace's (or the Ray tenant's) for tenant selectors.
+    tenant: str | None = None
+    tenant_labels: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def gang_size(self) -> int:
@@ -321,6 +333,10 @@ class SchedulerConfig:
     # before the gang's expected start. 0: off (KAI's semantics).
     reserve_after_s: float = 0.0
     max_reservations: int = 1  # gangs holding a reservation at once, first in line first
+    # Queues are closed to tenants unless a queue's rule names them (QueueInfo.access):
+    # a queue tree where no queue on the path sets a tenant rule admits no tenant. Off:
+    # open to every tenant, as KAI (which only checks that the queue exists).
+    closed_queues: bool = False
 
 
 # ---------------------------------------------------------------- decisions
@@ -403,6 +419,8 @@ REASON_CODES: tuple[str, ...] = (
     "min-runtime",  # the running jobs that would make room are within their min runtime
     "preemption-delay",  # evicting would make room; it first waits for new nodes (autoscaler)
     "reserved",  # the room it fits in is held for a gang that waited long, which starts before it would end
+    "queue-tenant",  # its queue does not admit its tenant (who submitted it): never placed
+    "priority-ceiling",  # its priority is over its queue's ceiling, or not a class the queue allows
 )
 _CODES = frozenset(REASON_CODES)
 
@@ -442,3 +460,6 @@ class CycleResult:
     waiting: dict[str, Reason] = field(default_factory=dict)
     # Gangs still waiting that hold a reservation (SchedulerConfig.reserve_after_s).
     reservations: dict[str, Reserved] = field(default_factory=dict)
+    # Jobs their queue does not take (QueueInfo.access) -> the rule's reason: the waiting
+    # ones (also in `waiting`) and the running ones, which keep running, reported.
+    refused: dict[str, Reason] = field(default_factory=dict)

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from kai_ray.core.model.snapshot import SPREAD_MODES, ClusterSnapshot, JobInfo, Request, TaskInfo, TaskStatus
+from kai_ray.core.state.access import held_part, refusal
 from kai_ray.core.state.accounting import QueueCount, constrain, count_tasks, make_task, queue_count
 from kai_ray.core.state.cluster import ClusterState, QueueUsage
 from kai_ray.core.state.jobs import Job, Task
@@ -19,14 +20,14 @@ from kai_ray.core.state.leafsums import AmountKey, LeafSums, add_groups
 from kai_ray.core.state.nodes import FloatArray, Nodes, PerRequest, RequestCache, charge_device, per_request
 from kai_ray.core.state.queues import QueueTree, first_type_only, leaf_queue_problem, tree_parents
 
-__all__ = ["build_state", "build_state_and_leaves", "extended_columns", "job_problem"]
+__all__ = ["build_state", "build_state_and_leaves", "extended_columns", "job_as_taken", "job_problem"]
 
 _PENDING, _RELEASING = TaskStatus.PENDING, TaskStatus.RELEASING
 _REQUESTED, _ALLOCATED = QueueCount.REQUESTED, QueueCount.ALLOCATED
 
 
-def build_state(snapshot: ClusterSnapshot, tree: QueueTree) -> ClusterState:
-    return build_state_and_leaves(snapshot, tree, {})[0]
+def build_state(snapshot: ClusterSnapshot, tree: QueueTree, closed_queues: bool = False) -> ClusterState:
+    return build_state_and_leaves(snapshot, tree, {}, closed_queues)[0]
 
 
 def extended_columns(snapshot: ClusterSnapshot) -> list[str]:
@@ -37,7 +38,7 @@ def extended_columns(snapshot: ClusterSnapshot) -> list[str]:
 
 
 def build_state_and_leaves(
-    snapshot: ClusterSnapshot, tree: QueueTree, requests: RequestCache
+    snapshot: ClusterSnapshot, tree: QueueTree, requests: RequestCache, closed_queues: bool = False
 ) -> tuple[ClusterState, list[FloatArray], LeafSums]:
     """The state, each leaf queue's own [allocated, non-preemptible, requested] before
     the subtree sums, and the same as counts (leafsums.py). `requests`: demand and
@@ -52,6 +53,7 @@ def build_state_and_leaves(
         job_index={},
         invalid={},
         min_device_memory=min(gpu_mem) if gpu_mem else 0.0,
+        closed_queues=closed_queues,
     )
     builder = _Builder(state, requests)
     builder.add_jobs(snapshot.jobs)
@@ -89,6 +91,10 @@ class _Builder:
             if reason:
                 state.invalid[info.name] = reason
                 continue
+            taken = job_as_taken(info, state)
+            if taken is None:
+                continue
+            info = taken
             job = Job(info=info, queue=tree.index[info.queue], order=order)
             job.first_type_only = first_type_only(tree, job.queue, info)
             job.limits_by_type = tree.names_gpu_types
@@ -211,6 +217,22 @@ class _Builder:
         if self.releasing_rows:
             np.add.at(nodes.releasing, np.array(self.releasing_rows), np.array(self.releasing_demand))
         usage.set_leaves(self.leaf_allocated, self.leaf_nonpreemptible, self.leaf_requested)
+
+
+def job_as_taken(info: JobInfo, state: ClusterState) -> JobInfo | None:
+    """The job as the cycle takes it: whole, or, where its queue does not take it
+    (state/access.py, its reason kept in state.refused), what it holds (None: nothing)."""
+    rules = state.tree.access[state.tree.index[info.queue]]
+    if not rules and not state.closed_queues:
+        return info  # no rule on its path: the common case, one look-up
+    said = refusal(info, rules, state.closed_queues)
+    if said is None:
+        return info
+    state.refused[info.name] = said
+    held = held_part(info)
+    if held is None or len(held.tasks) < len(info.tasks):
+        state.refused_waiting.add(info.name)
+    return held
 
 
 def job_problem(info: JobInfo, tree: QueueTree) -> str:

@@ -9,11 +9,12 @@ rolled back.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from kai_ray.core.model.gpushare import device_share
+from kai_ray.core.model.snapshot import Reason
 from kai_ray.core.state.jobs import Job, Task
 from kai_ray.core.state.nodes import FloatArray, Nodes
 from kai_ray.core.state.queues import QueueTree
@@ -102,6 +103,11 @@ class ClusterState:
     # cycle never makes a task pending (an evicted one is Releasing), so a list made
     # before the cycle holds through it (kept by incremental/, to skip the others).
     waiting: list[Job] | None = None
+    # Jobs whose queue does not take them (state/access.py) -> why: only what they hold
+    # is in `jobs`. SchedulerConfig.closed_queues, which that rule reads.
+    refused: dict[str, Reason] = field(default_factory=dict)
+    refused_waiting: set[str] = field(default_factory=set)  # of them, those with tasks left out
+    closed_queues: bool = False
 
     def maybe_pending(self) -> list[Job]:
         return self.jobs if self.waiting is None else self.waiting

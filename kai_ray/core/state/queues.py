@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from kai_ray.core.model.access import QueueAccess
 from kai_ray.core.model.snapshot import (
     BORROW,
     PREEMPT,
@@ -18,6 +19,7 @@ from kai_ray.core.model.snapshot import (
     JobInfo,
     QueueInfo,
 )
+from kai_ray.core.state.access import access_path, narrowing_problem
 
 __all__ = [
     "QueueTree",
@@ -69,6 +71,9 @@ class QueueTree:
     # Some queue names a GPU type (QueueInfo.gpu_types): then every queue has a quota and
     # a limit of each type named, which the placement of a GPU gang reads (typedqueues.py).
     names_gpu_types: bool = False
+    # Per queue, the access rules on its path (state/access.py): who may submit, and at
+    # which priorities; empty where no queue on the path sets one.
+    access: tuple[tuple[tuple[str, QueueAccess], ...], ...] = ()
     # Queues with a parent, deepest first (index order within a depth): the order that
     # adds each queue's figures into its parent's.
     bottom_up: tuple[int, ...] = ()
@@ -120,6 +125,8 @@ def build_queue_tree(queues: Sequence[QueueInfo]) -> QueueTree:
     ancestors = tuple(_ancestors(i, parent, queues) for i in range(len(queues)))
     _check_resources(queues)
     preempt_rt = tuple(_inherited_preempt_runtime(path, queues) for path in ancestors)
+    access = tuple(access_path(path, queues) for path in ancestors)
+    _check_narrowing(queues, access)
     has_limit = [any(v != UNLIMITED for v in q.limit) for q in queues]
     return QueueTree(
         names=tuple(q.name for q in queues),
@@ -139,10 +146,21 @@ def build_queue_tree(queues: Sequence[QueueInfo]) -> QueueTree:
         runtime_defaults=tuple((q.expected_runtime, q.max_runtime) for q in queues),
         type_fungibility=tuple(_inherited_fungibility(path, queues) for path in ancestors),
         names_gpu_types=any(q.gpu_types for q in queues),
+        access=access,
         bottom_up=tuple(
             q for q in sorted(range(len(queues)), key=lambda q: -len(ancestors[q])) if parent[q] >= 0
         ),
     )
+
+
+def _check_narrowing(
+    queues: Sequence[QueueInfo], paths: Sequence[tuple[tuple[str, QueueAccess], ...]]
+) -> None:
+    for q, path in zip(queues, paths, strict=True):
+        if q.access is not None:
+            problem = narrowing_problem(q.name, q.access, path[1:])
+            if problem:
+                raise QueueTreeError(problem, q.name)
 
 
 def _inherited_fungibility(path: tuple[int, ...], queues: Sequence[QueueInfo]) -> GpuTypeFungibility:

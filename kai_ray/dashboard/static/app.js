@@ -76,7 +76,8 @@
         <span><i style="background:var(--quota)"></i>quota</span></span></div>
         <table id="queues"><thead><tr><th>Queue</th><th>Fair share</th><th>Bars</th>
         <th>Allocated / fair / quota / requested / limit</th><th class="num">Waiting</th>
-        <th class="num">Running</th><th class="num">Priority</th><th class="num">Weight</th></tr></thead>
+        <th class="num">Running</th><th class="num">Priority</th><th class="num">Weight</th>
+        <th>Tenants</th><th>Ceiling</th></tr></thead>
         <tbody></tbody></table>`;
       $("#res").addEventListener("click", (e) => {
         const r = e.target.dataset && e.target.dataset.res;
@@ -106,7 +107,37 @@
         <span class="alloc${over ? " over" : ""}" style="width:${pct(r.allocated)}"></span>${marks}</div></td>
       <td class="figs">${amount(r.allocated)} / ${amount(r.fair_share)} / ${amount(r.quota)} / ${amount(r.requested)} / ${amount(r.limit)}${S.res === "gpu" ? byType(q) : ""}</td>
       <td class="num">${q.pending}</td><td class="num">${q.running}</td>
-      <td class="num">${q.priority}</td><td class="num">${num(r.over_quota_weight)}</td></tr>`;
+      <td class="num">${q.priority}</td><td class="num">${num(r.over_quota_weight)}</td>${accessCells(q)}</tr>`;
+  }
+
+  // Who may submit to the queue, and the highest priority it takes: the rule in effect
+  // along its path, "from P" where a parent's rule sets it (a child only narrows it); the
+  // rule as written in the tooltip. Workloads the rule refuses now, as a badge.
+  function accessCells(q) {
+    const a = q.access ? q.access.effective : null;
+    if (!a) return "<td></td><td></td>";
+    const from = (queue) => (queue && queue !== q.name ? ` <span class="muted">from ${esc(queue)}</span>` : "");
+    const who = a.open ? `<span class="muted">any</span>`
+      : a.closed_by_default ? `<span class="muted">none (closed by default)</span>`
+      : a.tenant_rules.map((t) => esc(t.words) + from(t.queue)).join(" <i>and</i> ");
+    const refused = q.refused ? ` <span class="badge refused">${q.refused} refused</span>` : "";
+    const top = a.max_priority !== null
+      ? `≤ ${a.max_priority}${a.max_priority_class ? ` (${esc(a.max_priority_class)})` : ""}${from(a.max_priority_from)}` : "";
+    const classes = a.priority_classes
+      ? `<div class="muted">classes ${a.priority_classes.map((c) => esc(c.name)).join(", ") || "none"}${from(a.priority_classes_from)}</div>` : "";
+    const title = esc(ownRule(q.access.own));
+    return `<td class="tenants" title="${title}">${who}${refused}</td>
+      <td class="ceiling" title="${title}">${top || classes ? top + classes : `<span class="muted">–</span>`}</td>`;
+  }
+
+  function ownRule(own) {
+    if (!own) return "no rule of its own";
+    const parts = [];
+    if (own.tenants) parts.push(`tenants: ${own.tenants.join(", ") || "none"}`);
+    if (own.tenant_selector) parts.push(`tenantSelector: ${own.tenant_selector}`);
+    if (own.max_priority !== null) parts.push(`maxPriority: ${own.max_priority_class || own.max_priority}`);
+    if (own.priority_classes) parts.push(`priorityClasses: ${own.priority_classes.map((c) => c.name).join(", ")}`);
+    return `its rule: ${parts.join("; ")}`;
   }
 
   // Per GPU type a queue names: allocated / fair share / quota / limit, one line each.
