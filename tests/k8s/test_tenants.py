@@ -12,6 +12,7 @@ KubeRay's own operator: two teams, each a namespace with a ServiceAccount of its
 
 from __future__ import annotations
 
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from kai_ray.k8s.login import load_kubeconfig
 from kai_ray.testing.apiserver import ApiServer
 from tests.helm.test_chart import REPO
 from tests.k8s.env import K8sEnv, bound, condition, group, raycluster
+from tests.k8s.test_dashboard import free_port
 from tests.k8s.test_login import kubeconfig
 
 pytestmark = pytest.mark.k8s
@@ -83,7 +85,8 @@ class Tenancy:
             )
             env.create(f"{ADMISSION}/{plural}", doc)
         env.start_fakes()
-        env.start_operator()
+        self.dashboard = f"http://127.0.0.1:{free_port()}/"
+        env.start_operator("--dashboard", self.dashboard.removeprefix("http://").rstrip("/"))
         for queue in TEAMS:  # the door is closed until the operator resolves each rule
             env.wait_for(f"queue {queue}'s rule resolved", lambda q=queue: self.access(q).get("tenants"))
 
@@ -291,9 +294,18 @@ def test_with_the_policy_off_the_scheduler_alone_refuses(tenancy: Tenancy) -> No
             lambda: (env.get(f"{QUEUES}/team-b").get("status") or {}).get("refusedWorkloads") == 2,
         )
         assert bound(env.pods("ray.io/cluster=sneak", ns="team-a")) == []
+        # Counted once, by queue and rule, on the operator's /metrics (the pod let in
+        # earlier runs on: running work is reported, not counted as a refusal).
+        counted = 'kai_ray_queue_access_refusals_total{queue="team-b",rule="queue-tenant"} 1'
+        env.wait_for("the refusal counted", lambda: counted in _metrics(tenancy.dashboard))
     finally:
         kept["metadata"] = {"name": kept["metadata"]["name"]}
         env.create(f"{ADMISSION}/validatingadmissionpolicybindings", kept)
+
+
+def _metrics(dashboard: str) -> str:
+    with urllib.request.urlopen(dashboard + "metrics", timeout=10) as answer:
+        return str(answer.read().decode())
 
 
 def _bound(env: K8sEnv, ns: str, name: str) -> bool:
