@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kai_ray.core import JobInfo, QueueAccess, QueueInfo
-from kai_ray.core.state.access import admits, allows, ceiling, refusal
+from kai_ray.core.state.access import admits, allows, ceiling, paths_of, refusal
 
 __all__ = [
     "ACCESS_CODES",
@@ -23,30 +23,11 @@ __all__ = [
     "own_rule",
     "refused_by",
     "rule_lines",
-    "rules_of",
 ]
 
 # The reason codes of a workload its queue's access rule refuses (core REASON_CODES).
 ACCESS_CODES = ("queue-tenant", "priority-ceiling")
 Path = tuple[tuple[str, QueueAccess], ...]  # (queue, its own rule), the queue first, rules set only
-
-
-def rules_of(queues: Sequence[QueueInfo]) -> dict[str, Path]:
-    """Every queue's path of rules (the queue first, rules set only), in one pass over
-    the list (core.state.access.path_of per queue would rebuild its index each time: a
-    thousand queues on every dashboard refresh)."""
-    by_name = {q.name: q for q in queues}
-    out: dict[str, Path] = {}
-    for q in queues:
-        path, seen = [], set()
-        at: QueueInfo | None = q
-        while at is not None and at.name not in seen:
-            seen.add(at.name)
-            if at.access is not None:
-                path.append((at.name, at.access))
-            at = by_name.get(at.parent) if at.parent else None
-        out[q.name] = tuple(path)
-    return out
 
 
 # ---------------------------------------------------------------- a queue's rule
@@ -67,7 +48,7 @@ def own_rule(rule: QueueAccess) -> dict[str, Any]:
 def access_views(queues: Sequence[QueueInfo], closed: bool) -> dict[str, dict[str, Any]]:
     """Per queue: {"own": its rule as written or None, "effective": the rule along its
     path} (docs/dashboard.md documents the fields)."""
-    paths = rules_of(queues)
+    paths = paths_of(queues)
     return {
         q.name: {
             "own": None if q.access is None else own_rule(q.access),
@@ -154,7 +135,7 @@ def refused_by(
     """Which rule of its queue's path refuses a workload (None: its queue takes it):
     {"code", "reason" (the core's words), "queue", "rule_queue" (None: no queue names any
     tenant and queues are closed by default), "inherited", "field", "allows", "fix"}."""
-    rules = rules_of(queues).get(queue, ())
+    rules = paths_of(queues).get(queue, ())
     probe = JobInfo(queue, queue, [], priority=priority, tenant=tenant, tenant_labels=labels or {})
     said = refusal(probe, rules, closed)  # the core decides; what follows only names the rule
     if said is None:

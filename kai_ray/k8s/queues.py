@@ -18,7 +18,7 @@ from kai_ray.config.errors import ConfigError
 from kai_ray.config.priority import PriorityClasses
 from kai_ray.config.queues import KAI_API_VERSION, KAI_RAY_KUBE_API_VERSION, parse_queue_object
 from kai_ray.core import QueueInfo
-from kai_ray.core.state.access import admits, allows, ceiling, path_of
+from kai_ray.core.state.access import admits, allows, ceiling, paths_of
 from kai_ray.core.state.queues import QueueTreeError, build_queue_tree
 
 __all__ = ["KAI_RAY_QUEUE_API", "QueueSet", "access_status", "read_queues"]
@@ -139,8 +139,9 @@ def access_status(
     known = PriorityClasses.of_cluster(classes)
     names = sorted(namespaces)
     out: dict[str, dict[str, Any]] = {}
+    paths = paths_of(queues)
     for q in queues:
-        rules = path_of(q.name, queues)
+        rules = paths[q.name]
         if not rules and not closed:
             continue
         body: dict[str, Any] = {}

@@ -24,6 +24,7 @@ __all__ = [
     "held_part",
     "narrowing_problem",
     "path_of",
+    "paths_of",
     "refusal",
 ]
 
@@ -37,9 +38,19 @@ def access_path(path: tuple[int, ...], queues: Sequence[QueueInfo]) -> Path:
 def path_of(queue: str, queues: Sequence[QueueInfo]) -> Path:
     """The rules on a queue's path, read from a queue list (no tree at hand: a backend's
     check at the door, before anything is queued)."""
+    return _walk(queue, {q.name: q for q in queues})
+
+
+def paths_of(queues: Sequence[QueueInfo]) -> dict[str, Path]:
+    """Every queue's path of rules, with one index of the list (a dashboard's or a
+    status report's thousand queues)."""
     by_name = {q.name: q for q in queues}
+    return {q.name: _walk(q.name, by_name) for q in queues}
+
+
+def _walk(queue: str, by_name: Mapping[str, QueueInfo]) -> Path:
     out, seen, q = [], set(), by_name.get(queue)
-    while q is not None and q.name not in seen:
+    while q is not None and q.name not in seen:  # a cycle is the tree's to refuse
         seen.add(q.name)
         if q.access is not None:
             out.append((q.name, q.access))
