@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kai_ray.core import JobInfo, QueueAccess, QueueInfo
-from kai_ray.core.state.access import admits, allows, ceiling, paths_of, refusal
+from kai_ray.core.state.access import AccessPath, Refusal, allows, ceiling, paths_of, refusing_rule
 
 __all__ = [
     "ACCESS_CODES",
@@ -27,7 +27,6 @@ __all__ = [
 
 # The reason codes of a workload its queue's access rule refuses (core REASON_CODES).
 ACCESS_CODES = ("queue-tenant", "priority-ceiling")
-Path = tuple[tuple[str, QueueAccess], ...]  # (queue, its own rule), the queue first, rules set only
 
 
 # ---------------------------------------------------------------- a queue's rule
@@ -58,7 +57,7 @@ def access_views(queues: Sequence[QueueInfo], closed: bool) -> dict[str, dict[st
     }
 
 
-def _effective(queue: str, rules: Path, closed: bool) -> dict[str, Any]:
+def _effective(queue: str, rules: AccessPath, closed: bool) -> dict[str, Any]:
     tenant_rules = [(q, a) for q, a in rules if a.sets_tenants]
     top = _tightest_ceiling(rules)
     classes = _allowed_classes(rules)
@@ -93,7 +92,7 @@ def _tenant_words(queue: str, tenant_rules: list[tuple[str, QueueAccess]], close
     )
 
 
-def _tightest_ceiling(rules: Path) -> tuple[int, str, str] | None:
+def _tightest_ceiling(rules: AccessPath) -> tuple[int, str, str] | None:
     """(value, its class name or "", the queue whose rule sets it): the lowest ceiling on
     the path, the nearest queue's on a tie."""
     best: tuple[int, str, str] | None = None
@@ -110,7 +109,7 @@ def _class_named(rule: QueueAccess, value: int) -> str:
     return next((n for n, v in rule.priority_classes or () if v == value), "")
 
 
-def _allowed_classes(rules: Path) -> tuple[list[dict[str, Any]], str] | None:
+def _allowed_classes(rules: AccessPath) -> tuple[list[dict[str, Any]], str] | None:
     """The classes the nearest rule that lists classes allows, less those another rule
     on the path does not allow; and that rule's queue."""
     for queue, rule in rules:
@@ -137,74 +136,45 @@ def refused_by(
     tenant and queues are closed by default), "inherited", "field", "allows", "fix"}."""
     rules = paths_of(queues).get(queue, ())
     probe = JobInfo(queue, queue, [], priority=priority, tenant=tenant, tenant_labels=labels or {})
-    said = refusal(probe, rules, closed)  # the core decides; what follows only names the rule
+    said = refusing_rule(probe, rules, closed)  # the core decides, and names the rule
     if said is None:
         return None
-    if said.code == "queue-tenant":
-        found = _tenant_rule(queue, rules, tenant or "", labels or {})
-    else:
-        found = _priority_rule(rules, priority)
-    rule_queue = found.pop("rule_queue")
     return {
-        "code": said.code,
-        "reason": said.text,
+        "code": said.reason.code,
+        "reason": said.reason.text,
         "queue": queue,
-        "rule_queue": rule_queue,
-        "inherited": rule_queue is not None and rule_queue != queue,
-        **found,
+        "rule_queue": said.queue,
+        "inherited": said.queue is not None and said.queue != queue,
+        "field": said.field,
+        **_described(said, queue, tenant or ""),
     }
 
 
-def _tenant_rule(queue: str, rules: Path, tenant: str, labels: Mapping[str, str]) -> dict[str, Any]:
-    for rule_queue, rule in rules:
-        if rule.sets_tenants and not admits(((rule_queue, rule),), False, tenant, labels):
-            fix = f"submit to a queue that admits tenant {tenant!r}, or an admin adds it to access.tenants"
-            if rule.tenant_selector is not None:
-                fix += " or gives it labels that match access.tenantSelector"
-            return {
-                "rule_queue": rule_queue,
-                "field": _tenant_field(rule),
-                "allows": rule.describe_tenants(),
-                "fix": f"{fix} of queue {rule_queue!r}",
-            }
-    return {  # no queue on the path names any tenant: closed by default
-        "rule_queue": None,
-        "field": "closedQueues",
-        "allows": f"no tenant: no queue on the path of {queue!r} names any, and queues are closed by default",
-        "fix": f"an admin names tenant {tenant!r} in access.tenants of queue {queue!r} or of a parent",
-    }
-
-
-def _tenant_field(rule: QueueAccess) -> str:
-    if rule.tenant_selector is None:
-        return "access.tenants"
-    return "access.tenantSelector" if rule.tenants is None else "access.tenants / access.tenantSelector"
-
-
-def _priority_rule(rules: Path, priority: int) -> dict[str, Any]:
-    for rule_queue, rule in rules:
-        if allows(((rule_queue, rule),), priority):
-            continue
-        if rule.max_priority is not None and priority > rule.max_priority:
-            named = f" ({rule.max_priority_class})" if rule.max_priority_class else ""
-            return {
-                "rule_queue": rule_queue,
-                "field": "access.maxPriority",
-                "allows": f"priorities up to {rule.max_priority}{named}",
-                "fix": f"use a priority class of at most {rule.max_priority}, or submit to another queue",
-            }
-        classes = ", ".join(f"{n} ({v})" for n, v in rule.priority_classes or ())
+def _described(said: Refusal, queue: str, tenant: str) -> dict[str, str]:
+    """What the refusing rule allows, and the fix, in words."""
+    rule, rule_queue = said.rule, said.queue
+    if rule is None:  # no queue on the path names any tenant: closed by default
         return {
-            "rule_queue": rule_queue,
-            "field": "access.priorityClasses",
-            "allows": f"the priority classes {classes}",
-            "fix": f"use one of {classes}, or submit to another queue",
+            "allows": (
+                f"no tenant: no queue on the path of {queue!r} names any, and queues are closed by default"
+            ),
+            "fix": f"an admin names tenant {tenant!r} in access.tenants of queue {queue!r} or of a parent",
         }
-    return {  # not reached: the core refuses only what some rule on the path does not allow
-        "rule_queue": None,
-        "field": "access.maxPriority / access.priorityClasses",
-        "allows": "lower priorities",
-        "fix": "use a lower priority class",
+    if said.reason.code == "queue-tenant":
+        fix = f"submit to a queue that admits tenant {tenant!r}, or an admin adds it to access.tenants"
+        if rule.tenant_selector is not None:
+            fix += " or gives it labels that match access.tenantSelector"
+        return {"allows": rule.describe_tenants(), "fix": f"{fix} of queue {rule_queue!r}"}
+    if said.field == "access.maxPriority":
+        named = f" ({rule.max_priority_class})" if rule.max_priority_class else ""
+        return {
+            "allows": f"priorities up to {rule.max_priority}{named}",
+            "fix": f"use a priority class of at most {rule.max_priority}, or submit to another queue",
+        }
+    classes = ", ".join(f"{n} ({v})" for n, v in rule.priority_classes or ())
+    return {
+        "allows": f"the priority classes {classes}",
+        "fix": f"use one of {classes}, or submit to another queue",
     }
 
 

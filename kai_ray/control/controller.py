@@ -51,6 +51,7 @@ from kai_ray.core import (
     SchedulerConfig,
     Topology,
 )
+from kai_ray.core.state.access import AccessPath, paths_of
 
 __all__ = ["OWNER_KEY", "Controller", "StepResult"]
 
@@ -97,6 +98,7 @@ class Controller(WorkloadTable):
         # Workload shapes validate() accepted on the current nodes and queues -> the
         # normalised resources per worker.
         self._accepted: dict[tuple[Any, ...], dict[str, float]] = {}
+        self._paths: tuple[list[QueueInfo] | None, Mapping[str, AccessPath]] = (None, {})
         self._refresh, self._follow = True, True  # what the next observe does
         self.forecaster = Forecaster(self._forecast)  # when waiting workloads start
 
@@ -183,7 +185,7 @@ class Controller(WorkloadTable):
             spec.mixed_accelerator_types,
             self.cluster_grows,
         )
-        check_access(spec, self.queues, self.config.closed_queues)
+        check_access(spec, self._access_paths(), self.config.closed_queues)
         if shape in self._accepted:
             spec.resources_per_worker = dict(self._accepted[shape])
             return
@@ -239,6 +241,15 @@ class Controller(WorkloadTable):
         change = plan_delete(self.queues, names, self._queue_holders())
         self._set_queues(change.queues)
         return change
+
+    def _access_paths(self) -> Mapping[str, AccessPath]:
+        """Each queue's access rules (core paths_of), made once per queue list: every
+        submission reads them (thousands in one call)."""
+        made_from, paths = self._paths
+        if made_from is not self.queues:
+            paths = paths_of(self.queues)
+            self._paths = (self.queues, paths)
+        return paths
 
     def _set_queues(self, queues: Sequence[QueueInfo]) -> None:
         self.queues = list(queues)

@@ -9,7 +9,7 @@ labels), and here its size, strategy and whether the cluster could ever hold it.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from kai_ray.control.snapshot import (
     ACCELERATOR_PREFIX,
@@ -21,7 +21,7 @@ from kai_ray.control.snapshot import (
 from kai_ray.control.workload import Workload, WorkloadSpec
 from kai_ray.core import JobInfo, NodeInfo, QueueInfo, Request, device_share, gang_never_fits
 from kai_ray.core.model.quantity import parse_run_time
-from kai_ray.core.state.access import path_of, refusal
+from kai_ray.core.state.access import AccessPath, refusal
 from kai_ray.core.state.queues import leaf_queue_problem, listing
 
 __all__ = [
@@ -56,10 +56,11 @@ def queue_problem(name: str, queues: Sequence[QueueInfo]) -> str:
     return leaf_queue_problem(name, {q.name: q.parent for q in queues})
 
 
-def check_access(spec: WorkloadSpec, queues: Sequence[QueueInfo], closed_queues: bool) -> None:
+def check_access(spec: WorkloadSpec, paths: Mapping[str, AccessPath], closed_queues: bool) -> None:
     """Refuse at the door what its queue's access rule would never let run (the core's
-    rule, core/state/access.py: a tenant not admitted, a priority over the ceiling)."""
-    rules = path_of(spec.queue, queues)
+    rule, core/state/access.py: a tenant not admitted, a priority over the ceiling).
+    `paths`: each queue's rules (core paths_of)."""
+    rules = paths.get(spec.queue, ())
     if not rules and not (closed_queues and spec.tenant is not None):
         return
     probe = JobInfo(

@@ -17,6 +17,7 @@ from kai_ray.core.model.access import QueueAccess
 from kai_ray.core.model.snapshot import JobInfo, QueueInfo, Reason, TaskStatus
 
 __all__ = [
+    "Refusal",
     "access_path",
     "admits",
     "allows",
@@ -26,29 +27,30 @@ __all__ = [
     "path_of",
     "paths_of",
     "refusal",
+    "refusing_rule",
 ]
 
-Path = tuple[tuple[str, QueueAccess], ...]  # (queue, its own rule), the queue first, rules set only
+AccessPath = tuple[tuple[str, QueueAccess], ...]  # (queue, its own rule), the queue first, rules set only
 
 
-def access_path(path: tuple[int, ...], queues: Sequence[QueueInfo]) -> Path:
+def access_path(path: tuple[int, ...], queues: Sequence[QueueInfo]) -> AccessPath:
     return tuple((queues[q].name, a) for q in path if (a := queues[q].access) is not None)
 
 
-def path_of(queue: str, queues: Sequence[QueueInfo]) -> Path:
+def path_of(queue: str, queues: Sequence[QueueInfo]) -> AccessPath:
     """The rules on a queue's path, read from a queue list (no tree at hand: a backend's
     check at the door, before anything is queued)."""
     return _walk(queue, {q.name: q for q in queues})
 
 
-def paths_of(queues: Sequence[QueueInfo]) -> dict[str, Path]:
+def paths_of(queues: Sequence[QueueInfo]) -> dict[str, AccessPath]:
     """Every queue's path of rules, with one index of the list (a dashboard's or a
     status report's thousand queues)."""
     by_name = {q.name: q for q in queues}
     return {q.name: _walk(q.name, by_name) for q in queues}
 
 
-def _walk(queue: str, by_name: Mapping[str, QueueInfo]) -> Path:
+def _walk(queue: str, by_name: Mapping[str, QueueInfo]) -> AccessPath:
     out, seen, q = [], set(), by_name.get(queue)
     while q is not None and q.name not in seen:  # a cycle is the tree's to refuse
         seen.add(q.name)
@@ -58,7 +60,7 @@ def _walk(queue: str, by_name: Mapping[str, QueueInfo]) -> Path:
     return tuple(out)
 
 
-def admits(rules: Path, closed: bool, tenant: str, labels: Mapping[str, str]) -> bool:
+def admits(rules: AccessPath, closed: bool, tenant: str, labels: Mapping[str, str]) -> bool:
     """Whether the queue whose path holds `rules` takes work of this tenant."""
     setting = [a for _, a in rules if a.sets_tenants]
     if not setting:
@@ -66,20 +68,39 @@ def admits(rules: Path, closed: bool, tenant: str, labels: Mapping[str, str]) ->
     return all(a.admits_tenant(tenant, labels) for a in setting)
 
 
-def allows(rules: Path, priority: int) -> bool:
+def allows(rules: AccessPath, priority: int) -> bool:
     """Whether the queue whose path holds `rules` takes work of this priority."""
     return all(_allows(a, priority) for _, a in rules)
 
 
-def ceiling(rules: Path) -> int | None:
+def ceiling(rules: AccessPath) -> int | None:
     """The highest priority the path allows (None: no bound)."""
     bounds = [c for _, a in rules if (c := _ceiling(a)) is not None]
     return min(bounds) if bounds else None
 
 
-def refusal(info: JobInfo, rules: Path, closed: bool) -> Reason | None:
-    """Why its queue does not take the job, or None. The tenant rule binds a job with a
-    tenant (None: a trusted submitter); the priority rules bind every job."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why its queue does not take a job, and the rule that says so: the queue whose rule
+    it is and that rule (None for both: no queue on the path names a tenant and queues
+    are closed by default), and the field of it, as users write it."""
+
+    reason: Reason
+    queue: str | None
+    rule: QueueAccess | None
+    field: str  # access.tenants, access.tenantSelector, access.maxPriority, ..., or closedQueues
+
+
+def refusal(info: JobInfo, rules: AccessPath, closed: bool) -> Reason | None:
+    """Why its queue does not take the job, or None (refusing_rule's reason)."""
+    found = refusing_rule(info, rules, closed)
+    return None if found is None else found.reason
+
+
+def refusing_rule(info: JobInfo, rules: AccessPath, closed: bool) -> Refusal | None:
+    """The first rule on the path that does not take the job, or None. The tenant rule
+    binds a job with a tenant (None: a trusted submitter); the priority rules bind every
+    job."""
     if info.tenant is not None:
         said = _tenant_refusal(info, rules, closed)
         if said is not None:
@@ -87,44 +108,54 @@ def refusal(info: JobInfo, rules: Path, closed: bool) -> Reason | None:
     return _priority_refusal(info, rules)
 
 
-def _tenant_refusal(info: JobInfo, rules: Path, closed: bool) -> Reason | None:
+def _tenant_refusal(info: JobInfo, rules: AccessPath, closed: bool) -> Refusal | None:
     tenant = info.tenant or ""
     setting = [(q, a) for q, a in rules if a.sets_tenants]
     if not setting:
         if not closed:
             return None
-        return Reason(
+        reason = Reason(
             "queue-tenant",
             f"queue {info.queue!r} is closed to tenants (closedQueues) and no queue on its path names any: "
             f"tenant {tenant!r} may not submit to it; an admin names it in the queue's access.tenants",
         )
+        return Refusal(reason, None, None, "closedQueues")
     for queue, rule in setting:
         if not rule.admits_tenant(tenant, info.tenant_labels):
             whose = f"queue {queue!r}" if queue == info.queue else f"queue {info.queue!r}'s parent {queue!r}"
-            return Reason(
+            reason = Reason(
                 "queue-tenant",
                 f"{whose} admits {rule.describe_tenants()}, not tenant {tenant!r}; submit to a queue "
                 f"that admits it, or an admin adds it to access.tenants of queue {queue!r}",
             )
+            return Refusal(reason, queue, rule, _tenant_field(rule))
     return None
 
 
-def _priority_refusal(info: JobInfo, rules: Path) -> Reason | None:
+def _tenant_field(rule: QueueAccess) -> str:
+    if rule.tenant_selector is None:
+        return "access.tenants"
+    return "access.tenantSelector" if rule.tenants is None else "access.tenants / access.tenantSelector"
+
+
+def _priority_refusal(info: JobInfo, rules: AccessPath) -> Refusal | None:
     for queue, rule in rules:
         if rule.max_priority is not None and info.priority > rule.max_priority:
             named = f" ({rule.max_priority_class})" if rule.max_priority_class else ""
-            return Reason(
+            reason = Reason(
                 "priority-ceiling",
                 f"priority {info.priority} is over the ceiling of queue {queue!r}, "
                 f"{rule.max_priority}{named}; use a priority class of at most {rule.max_priority}",
             )
+            return Refusal(reason, queue, rule, "access.maxPriority")
         allowed = rule.allowed_values()
         if allowed is not None and info.priority not in allowed:
             classes = ", ".join(f"{n} ({v})" for n, v in rule.priority_classes or ())
-            return Reason(
+            reason = Reason(
                 "priority-ceiling",
                 f"priority {info.priority} is not a class queue {queue!r} allows; use one of {classes}",
             )
+            return Refusal(reason, queue, rule, "access.priorityClasses")
     return None
 
 
@@ -137,7 +168,7 @@ def held_part(info: JobInfo) -> JobInfo | None:
     return dataclasses.replace(info, tasks=held)
 
 
-def narrowing_problem(queue: str, own: QueueAccess, parents: Path) -> str:
+def narrowing_problem(queue: str, own: QueueAccess, parents: AccessPath) -> str:
     """Why a child's rule is wider than its parents' ("" when it is not): a tenant named
     that a parent's names-only rule leaves out, a ceiling over a parent's, a class that a
     parent does not allow. (A selector cannot be compared with names: the path's rules

@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from kai_ray.core.model.access import QueueAccess
 from kai_ray.core.model.snapshot import (
     BORROW,
     PREEMPT,
@@ -19,7 +18,7 @@ from kai_ray.core.model.snapshot import (
     JobInfo,
     QueueInfo,
 )
-from kai_ray.core.state.access import access_path, narrowing_problem
+from kai_ray.core.state.access import AccessPath, access_path, narrowing_problem
 
 __all__ = [
     "QueueTree",
@@ -73,7 +72,7 @@ class QueueTree:
     names_gpu_types: bool = False
     # Per queue, the access rules on its path (state/access.py): who may submit, and at
     # which priorities; empty where no queue on the path sets one.
-    access: tuple[tuple[tuple[str, QueueAccess], ...], ...] = ()
+    access: tuple[AccessPath, ...] = ()
     # Queues with a parent, deepest first (index order within a depth): the order that
     # adds each queue's figures into its parent's.
     bottom_up: tuple[int, ...] = ()
@@ -153,9 +152,7 @@ def build_queue_tree(queues: Sequence[QueueInfo]) -> QueueTree:
     )
 
 
-def _check_narrowing(
-    queues: Sequence[QueueInfo], paths: Sequence[tuple[tuple[str, QueueAccess], ...]]
-) -> None:
+def _check_narrowing(queues: Sequence[QueueInfo], paths: Sequence[AccessPath]) -> None:
     for q, path in zip(queues, paths, strict=True):
         if q.access is not None:
             problem = narrowing_problem(q.name, q.access, path[1:])
