@@ -65,8 +65,8 @@ case "${1:-}" in
     "$VENV/bin/pip" install -q -e '.[test]'
     echo "== ruff";          "$VENV/bin/ruff" check kai_ray tests
     echo "== ruff format";   "$VENV/bin/ruff" format --check -q kai_ray tests
-    echo "== mypy (strict on kai_ray/core, control, k8s, testing, dashboard, sim)"
-    "$VENV/bin/mypy" kai_ray/core kai_ray/control kai_ray/k8s kai_ray/testing kai_ray/dashboard kai_ray/sim
+    echo "== mypy (strict on kai_ray/core, control, k8s, testing, dashboard, sim, conformance)"
+    "$VENV/bin/mypy" kai_ray/core kai_ray/control kai_ray/k8s kai_ray/testing kai_ray/dashboard kai_ray/sim kai_ray/conformance
     echo "== import contracts"; "$VENV/bin/lint-imports"
     echo "== Kubernetes components"
     if ! wait "$components"; then cat "$components_log" >&2; exit 1; fi

@@ -24,6 +24,7 @@ from kai_ray.api import tenantcommands as tenant_commands
 from kai_ray.api.cliutil import CommandFailed
 from kai_ray.bench import commands as bench_commands
 from kai_ray.config.errors import ConfigError
+from kai_ray.conformance import commands as conformance_commands
 from kai_ray.scenario import commands as scenario_commands
 from kai_ray.sim import commands as sim_commands
 from kai_ray.testing import democommands as demo_commands
@@ -41,6 +42,7 @@ _CONTRIBUTORS = (
     snapshot_commands,
     tenant_commands,
     demo_commands,
+    conformance_commands,
 )
 
 

@@ -8,6 +8,7 @@ decision (worker counts, periods, logging) is read silently.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -16,32 +17,35 @@ from kai_ray.control.kaiobjects import FIX, KaiSnapshotError, Notes, as_list, as
 from kai_ray.core import DEFAULT_ACTIONS, SchedulerConfig
 from kai_ray.core.model.quantity import QuantityError, parse_duration
 
-__all__ = ["DEFAULT_PLUGINS", "KaiParams", "read_kai_config"]
+__all__ = ["DEFAULT_PLUGINS", "DEFAULT_PLUGIN_ORDER", "KaiParams", "read_kai_config"]
 
-# KAI's default plugins (its conf_util's default configuration, v0.17): the policy kai-ray
-# implements. A snapshot listing others, or fewer, runs another policy.
-DEFAULT_PLUGINS = frozenset(
-    {
-        "predicates",
-        "proportion",
-        "priority",
-        "elastic",
-        "kubeflow",
-        "ray",
-        "nodeavailability",
-        "gpusharingorder",
-        "gpupack",
-        "resourcetype",
-        "subgrouporder",
-        "taskorder",
-        "nominatednode",
-        "dynamicresources",
-        "nodeplacement",
-        "minruntime",
-        "topology",
-        "snapshot",
-    }
+# KAI's default plugins (its conf_util's default configuration, v0.17), in its order: the
+# policy kai-ray implements. A snapshot listing others, or fewer, runs another policy.
+DEFAULT_PLUGIN_ORDER = (
+    "predicates",
+    "proportion",
+    "priority",
+    "elastic",
+    "kubeflow",
+    "ray",
+    "nodeavailability",
+    "gpusharingorder",
+    "gpupack",
+    "resourcetype",
+    "subgrouporder",
+    "taskorder",
+    "nominatednode",
+    "dynamicresources",
+    "nodeplacement",
+    "minruntime",
+    "topology",
+    "snapshot",
+    # The job solver's scenario generators: without them KAI's reclaim, preempt and
+    # consolidation find no victim (kai-ray's solver proposes as both do).
+    "sg-nodelocalgreedy",
+    "sg-multinodegang",
 )
+DEFAULT_PLUGINS = frozenset(DEFAULT_PLUGIN_ORDER)
 # Plugins a default configuration may list beside or instead of those above.
 _ALSO_KNOWN = frozenset({"gpuspread", "podaffinity"})
 # Missing from the list, they change nothing kai-ray decides (or kai-ray has no such rule).
@@ -174,6 +178,12 @@ def _from_plugins(config: Mapping[str, Any], notes: Notes) -> SchedulerConfig:
                 "config.queueDepthPerAction: not followed; KAI then tries only that many jobs per "
                 "queue in an action, kai-ray tries every job"
             )
+        elif key == "usageDBConfig":
+            notes.add(
+                "config.usageDBConfig: KAI reads the queues' usage history from that database, "
+                "which a snapshot does not hold; kai-ray decides with the history given as "
+                "kaiDecideUsage, and with none without it"
+            )
         elif key != "queueDepthPerAction":
             notes.add(f"config.{key}: not read; kai-ray has no such setting")
     actions = _actions(config.get("actions"), notes)
@@ -183,6 +193,7 @@ def _from_plugins(config: Mapping[str, Any], notes: Notes) -> SchedulerConfig:
         gpu_placement=placement.gpu,
         cpu_placement=placement.cpu,
         gpu_device_order=placement.devices,
+        k_value=placement.k_value,
     )
 
 
@@ -193,6 +204,7 @@ class _Placement:
     gpu: Literal["binpack", "spread"] = "binpack"
     cpu: Literal["binpack", "spread"] = "binpack"
     devices: Literal["pack", "spread"] = "pack"
+    k_value: float = 1.0  # proportion's kValue: the weight of usage history
 
 
 def _actions(raw: object, notes: Notes) -> tuple[str, ...]:
@@ -249,8 +261,21 @@ def _plugin(name: str, plugin: Mapping[str, Any], where: str, out: _Placement, n
             out.gpu = "binpack" if value == "binpack" else "spread"
         elif name == "nodeplacement" and key == "cpu" and value in _PLACEMENTS:
             out.cpu = "binpack" if value == "binpack" else "spread"
+        elif name == "proportion" and key == "kValue":
+            out.k_value = _k_value(value, where)
         else:
             notes.add(f"{where}: argument {key}={value!r} of plugin {name!r} is not read")
+
+
+def _k_value(value: object, where: str) -> float:
+    """KAI's rule: not above 0 counts as 0 (history off)."""
+    try:
+        k = float(str(value))
+    except ValueError:
+        raise KaiSnapshotError(f"{where}.arguments.kValue: {value!r} is not a number; {FIX}") from None
+    if not math.isfinite(k):
+        raise KaiSnapshotError(f"{where}.arguments.kValue: {value!r} is not a finite number; {FIX}")
+    return max(k, 0.0)
 
 
 def _missing(names: set[str], notes: Notes) -> None:

@@ -42,7 +42,7 @@ from kai_ray.control.kaipods import (
     pod_selector,
     pod_task,
 )
-from kai_ray.core import HOSTNAME_LABEL, JobInfo, NodeInfo, Topology, TopologyConstraint
+from kai_ray.core import JobInfo, NodeInfo, Topology, TopologyConstraint
 from kai_ray.core.model.subgroups import info_shortfall
 
 __all__ = ["JobContext", "KaiJobs", "read_jobs"]
@@ -162,7 +162,11 @@ def _bindings(raw: Sequence[Any], pods: set[tuple[str, str]], notes: Notes) -> d
             str(g)
             for g in as_list(spec.get("selectedGPUGroups"), f"bind request {name}: spec.selectedGPUGroups")
         )
-        out[(namespace, str(pod))] = Binding(str(node), groups)
+        meta = as_map(obj.get("metadata"), f"bind request {name}: metadata")
+        made = instant(
+            meta.get("creationTimestamp"), f"bind request {namespace}/{name}: metadata.creationTimestamp"
+        )
+        out[(namespace, str(pod))] = Binding(str(node), groups, made)
     return out
 
 
@@ -360,14 +364,8 @@ def _topology(spec: Obj, what: str, ctx: JobContext) -> TopologyConstraint | Non
             short,
         )
         return None
-    levels = (*topology.levels, HOSTNAME_LABEL)
-    for key, level in (("required", required), ("preferred", preferred)):
-        if level is not None and level not in levels:
-            ctx.notes.add(
-                f"{key} level {level!r} is not a level of topology {name!r}; not followed", "pod group", short
-            )
-    required = required if required in levels else None
-    preferred = preferred if preferred in levels else None
+    # Levels kept as named: one the topology does not list (hostname too) makes the job
+    # wait, as KAI's topology plugin refuses it (Placer.refused_topology says why).
     return TopologyConstraint(str(name), required, preferred)
 
 

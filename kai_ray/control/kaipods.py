@@ -1,7 +1,8 @@
 """One pod of a KAI snapshot -> one task of the core: its request (Kubernetes' rule and
 KAI's GPU-sharing annotations, kai_ray.control.podrequests), its node (bound, or named
-by a BindRequest in flight), its status and since when, its device for a GPU share, and
-the nodes its selector and required node affinity admit.
+by a BindRequest in flight), its status and since when, its device for a GPU share, the
+nodes its selector and required node affinity admit, and its tolerations (which node
+taints it may pass: kai_ray.control.taints, applied to the whole snapshot).
 
 KAI's pod states, as the core has them: a pod on a node runs (bound, or started), one
 being deleted from a node is Releasing (it holds its room until it is gone), one on no
@@ -27,6 +28,7 @@ from kai_ray.control.kaiobjects import (
     section,
 )
 from kai_ray.control.podrequests import GPU_FRACTION, GPU_FRACTION_DEVICES, GPU_MEMORY, spec_request
+from kai_ray.control.taints import EFFECTS, Toleration, tolerations_of
 from kai_ray.core import NodeAffinity, NodeInfo, Request, TaskInfo, TaskStatus
 
 __all__ = [
@@ -41,6 +43,7 @@ __all__ = [
     "pod_node",
     "pod_selector",
     "pod_task",
+    "pod_tolerations",
 ]
 
 Obj = Mapping[str, Any]
@@ -73,6 +76,9 @@ class Binding:
 
     node: str
     gpu_groups: tuple[str, ...] = ()
+    # When KAI chose the node: the task holds its room from then (its pod has not started,
+    # and min-runtime counts a gang's run from its start, so not from the pod's creation).
+    since: float | None = None
 
 
 @dataclass(slots=True)
@@ -151,6 +157,9 @@ def pod_task(
     meta = pod["metadata"]
     created = instant(meta.get("creationTimestamp"), f"pod {what}: metadata.creationTimestamp")
     since = _started(pod, what) if status is not TaskStatus.PENDING else max(created or 0.0, pending_since)
+    binding = ctx.bindings.get(key_of(pod))
+    if since is None and binding is not None:
+        since = binding.since
     return TaskInfo(
         name=str(meta["name"]),
         status=status,
@@ -255,6 +264,23 @@ def _check_pod_fields(pod: Obj, what: str, notes: Notes) -> None:
 
 
 _REQUIRED = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+_OPERATORS = ("", "Equal", "Exists")  # "": Equal, as Kubernetes reads it
+
+
+def pod_tolerations(pod: Obj) -> frozenset[Toleration]:
+    """spec.tolerations (tolerationSeconds, NoExecute's eviction delay, is not modelled);
+    KaiSnapshotError naming the pod and the entry when one is not a toleration."""
+    where = f"pod {describe(pod)}: spec.tolerations"
+    for i, raw in enumerate(as_list(as_map(pod.get("spec"), where).get("tolerations"), where)):
+        entry = as_map(raw, f"{where}[{i}]")
+        key, operator, value, effect = (entry.get(k) or "" for k in ("key", "operator", "value", "effect"))
+        texts = all(isinstance(v, str) for v in (key, value))
+        if not texts or operator not in _OPERATORS or (effect and effect not in EFFECTS):
+            raise KaiSnapshotError(
+                f"{where}[{i}]: {dict(entry)!r} is not a toleration (key, operator Equal or Exists, value, "
+                f"effect empty or one of {', '.join(EFFECTS)}); {FIX}"
+            )
+    return tolerations_of(pod)
 
 
 def pod_selector(pod: Obj) -> dict[str, str]:

@@ -5,7 +5,9 @@ KAI's scheduler serves its state from `/get-snapshot`: a zip holding one JSON do
 objects it schedules from). This reads that document (or the zip) as KAI reads it:
 
 - nodes: allocatable resources, labels, GPU memory (kai_ray.control.kubenodes); Ready and
-  not cordoned to take new pods; what other pods hold there is use outside the jobs;
+  not cordoned to take new pods; what other pods hold there is use outside the jobs; their
+  NoSchedule/NoExecute taints keep off the pods that do not tolerate them
+  (kai_ray.control.taints, the rule of every backend);
 - queues (scheduling.run.ai/v2) in KAI's units (kai_ray.config.queues);
 - priority classes, over KAI's four defaults (kai_ray.config.priority);
 - pod groups and their pods, bind requests in flight (kai_ray.control.kaijobs);
@@ -41,15 +43,19 @@ from kai_ray.control.kaiobjects import (
     as_map,
     in_node_pool,
     instant,
+    key_of,
     object_name,
     section,
 )
+from kai_ray.control.kaipods import pod_tolerations
 from kai_ray.control.kubenodes import GPU_MEMORY_LABEL, node_info, outside_use
-from kai_ray.core import ClusterSnapshot, NodeInfo, QueueInfo, SchedulerConfig, Topology
+from kai_ray.control.taints import EFFECTS, Taint, Toleration, apply_taints
+from kai_ray.core import ClusterSnapshot, JobInfo, NodeInfo, QueueInfo, SchedulerConfig, Topology
 from kai_ray.core.model.quantity import QuantityError
 
 __all__ = [
     "CLOCK_KEY",
+    "USAGE_KEY",
     "ZIP_MAGIC",
     "KaiSnapshot",
     "KaiSnapshotError",
@@ -60,10 +66,12 @@ __all__ = [
 ]
 
 CLOCK_KEY = "kaiDecideRefNow"  # not KAI's: the time the state is taken at, where a tool adds it
+# Not KAI's either: the usage history KAI's usage database would answer with (queue ->
+# resource -> share of the cluster over the window), where a tool adds it.
+USAGE_KEY = "kaiDecideUsage"
 ZIP_MAGIC = b"PK\x03\x04"
 _READ = ("pods", "nodes", "queues", "podGroups", "bindRequests", "priorityClasses", "topologies")
-_TOP_KEYS = frozenset({"config", "schedulerParams", "rawObjects", "discovery", CLOCK_KEY})
-_TAINT_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
+_TOP_KEYS = frozenset({"config", "schedulerParams", "rawObjects", "discovery", CLOCK_KEY, USAGE_KEY})
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +143,7 @@ def read_kai_snapshot(doc: object) -> KaiSnapshot:
     topologies = _topologies(objects["topologies"])
     config = dataclasses.replace(params.config, topologies=topologies)
     now = _clock(doc, objects, notes)
-    nodes = _nodes(objects["nodes"], params, notes)
+    nodes, taints = _nodes(objects["nodes"], params, notes)
     classes, default_class = _classes(objects["priorityClasses"])
     context = JobContext(
         nodes={n.name: n for n in nodes},
@@ -149,9 +157,33 @@ def read_kai_snapshot(doc: object) -> KaiSnapshot:
     )
     jobs = read_jobs(objects["pods"], objects["podGroups"], objects["bindRequests"], context)
     nodes = [_with_outside(n, jobs.outside.get(n.name, ())) for n in nodes]
+    tolerations = _tolerations(objects["pods"], jobs.jobs)
+    nodes, job_list = apply_taints(nodes, taints, jobs.jobs, tolerations)
     queues = _queues(objects["queues"], notes)
-    snapshot = ClusterSnapshot(nodes=nodes, queues=queues, jobs=jobs.jobs)
+    usage = _usage(doc.get(USAGE_KEY), {q.name for q in queues})
+    snapshot = ClusterSnapshot(nodes=nodes, queues=queues, jobs=job_list, usage=usage)
     return KaiSnapshot(snapshot, config, now, tuple(notes.lines()), jobs.devices)
+
+
+def _usage(raw: object, queues: set[str]) -> dict[str, tuple[float, float, float]]:
+    """The usage history as KAI's usage database gives it: per queue, per resource, the
+    share of the cluster it used over the window (a queue or resource left out: 0)."""
+    usage: dict[str, tuple[float, float, float]] = {}
+    for queue, shares in as_map(raw, USAGE_KEY).items():
+        where = f"{USAGE_KEY}.{queue}"
+        if queue not in queues:
+            raise KaiSnapshotError(f"{where}: no such queue in rawObjects.queues; {FIX}")
+        values = as_map(shares, where)
+        for key in set(values) - {"gpu", "cpu", "memory"}:
+            raise KaiSnapshotError(f"{where}.{key}: not a resource (gpu, cpu, memory); {FIX}")
+        usage[str(queue)] = tuple(_share(values.get(r, 0), f"{where}.{r}") for r in ("gpu", "cpu", "memory"))  # type: ignore[assignment]
+    return usage
+
+
+def _share(value: object, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1e6:
+        raise KaiSnapshotError(f"{where}: {value!r} is not a share of the cluster (a number from 0); {FIX}")
+    return float(value)
 
 
 def _note_unread_objects(raw: Mapping[str, Any], notes: Notes) -> None:
@@ -223,18 +255,22 @@ def _time_fields(obj: object) -> list[str]:
 # ---------------------------------------------------------------- nodes
 
 
-def _nodes(raw: Sequence[Any], params: KaiParams, notes: Notes) -> list[NodeInfo]:
-    out = []
+def _nodes(
+    raw: Sequence[Any], params: KaiParams, notes: Notes
+) -> tuple[list[NodeInfo], dict[str, list[Taint]]]:
+    """The node pool's nodes, and each one's taints."""
+    out, taints = [], {}
     for i, obj in enumerate(raw):
         name = object_name(obj, f"rawObjects.nodes[{i}]")
         if in_node_pool(section(obj, "labels", f"node {name}"), params.node_pool):
             info = _node(obj, name)
-            _check_node(obj, info, notes)
+            _check_node(info, notes)
             out.append(info)
+            taints[name] = _taints(obj, name)
     names = [n.name for n in out]
     if len(set(names)) != len(names):
         raise KaiSnapshotError(f"rawObjects.nodes: a node is listed twice; {FIX}")
-    return out
+    return out, taints
 
 
 def _node(obj: Mapping[str, Any], name: str) -> NodeInfo:
@@ -251,7 +287,7 @@ def _node(obj: Mapping[str, Any], name: str) -> NodeInfo:
         raise KaiSnapshotError(f"node {name}: status.allocatable or its labels: {e}; {FIX}") from None
 
 
-def _check_node(obj: Mapping[str, Any], info: NodeInfo, notes: Notes) -> None:
+def _check_node(info: NodeInfo, notes: Notes) -> None:
     if info.gpus and not info.labels.get(GPU_MEMORY_LABEL):
         notes.add(
             f"no label {GPU_MEMORY_LABEL}: its GPUs' memory is taken as 80Gi (gpu-memory requests are "
@@ -259,16 +295,35 @@ def _check_node(obj: Mapping[str, Any], info: NodeInfo, notes: Notes) -> None:
             "node",
             info.name,
         )
-    taints = as_list(as_map(obj.get("spec"), f"node {info.name}: spec").get("taints"), "spec.taints")
-    for taint in taints:
-        taint = as_map(taint, f"node {info.name}: spec.taints")
-        if taint.get("effect") in _TAINT_EFFECTS:
-            notes.add(
-                f"taint {taint.get('key')}:{taint.get('effect')} is not read: every pod is taken to "
-                "tolerate it",
-                "node",
-                info.name,
+
+
+def _taints(obj: Mapping[str, Any], name: str) -> list[Taint]:
+    """spec.taints, every effect (apply_taints keeps the blocking ones; PreferNoSchedule is
+    a preference the core does not score)."""
+    where = f"node {name}: spec.taints"
+    out = []
+    for i, raw in enumerate(as_list(as_map(obj.get("spec"), f"node {name}: spec").get("taints"), where)):
+        taint = as_map(raw, f"{where}[{i}]")
+        key, value, effect = (taint.get(k) or "" for k in ("key", "value", "effect"))
+        if not (isinstance(key, str) and key and isinstance(value, str) and effect in EFFECTS):
+            raise KaiSnapshotError(
+                f"{where}[{i}]: {dict(taint)!r} is not a taint (a key, an optional value, an effect of "
+                f"{', '.join(EFFECTS)}); {FIX}"
             )
+        out.append((key, value, effect))
+    return out
+
+
+def _tolerations(
+    pods: Sequence[Any], jobs: Sequence[JobInfo]
+) -> dict[tuple[str, str], frozenset[Toleration]]:
+    """(job, task) -> the tolerations of the task's pod (a job's pods share its namespace)."""
+    by_pod = {key_of(pod): pod_tolerations(pod) for pod in pods}
+    return {
+        (job.name, task.name): by_pod.get((job.name.split("/", 1)[0], task.name), frozenset())
+        for job in jobs
+        for task in job.tasks
+    }
 
 
 def _with_outside(node: NodeInfo, pods: Sequence[Mapping[str, Any]]) -> NodeInfo:

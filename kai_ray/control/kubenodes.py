@@ -69,7 +69,7 @@ def node_info(
 
 def node_takes_pods(node: Mapping[str, Any]) -> bool:
     """Ready and not cordoned. (Taints keep off only the pods that do not tolerate them:
-    see kai_ray.k8s.taints.)"""
+    see kai_ray.control.taints.)"""
     if node.get("spec", {}).get("unschedulable"):
         return False
     conditions = node.get("status", {}).get("conditions") or []

@@ -8,12 +8,14 @@ from dataclasses import dataclass
 from kai_ray.config.errors import ConfigError
 from kai_ray.config.priority import PriorityClasses, UnknownPriorityClassError
 from kai_ray.control.affinity import node_affinity, read_terms
+from kai_ray.control.taints import Toleration
 from kai_ray.control.validate import listing, queue_problem
 from kai_ray.core.model.snapshot import (
     HOSTNAME_LABEL,
     JobInfo,
     NodeAffinity,
     NodeInfo,
+    NodeSelectorTerm,
     QueueInfo,
     Request,
     TaskInfo,
@@ -22,10 +24,10 @@ from kai_ray.core.model.snapshot import (
     TopologyConstraint,
 )
 from kai_ray.core.model.words import count
-from kai_ray.scenario.schema import JobSpec, TaskCountSpec, TaskSpec, TopologyRefSpec
+from kai_ray.scenario.schema import JobSpec, TaskCountSpec, TaskSpec, TolerationSpec, TopologyRefSpec
 from kai_ray.scenario.symbols import GpuSymbols
 
-__all__ = ["HOSTNAME_LABEL", "JobContext", "build_job", "listing"]
+__all__ = ["HOSTNAME_LABEL", "JobContext", "build_job", "listing", "task_tolerations"]
 
 _HOLDS_NODE = ("Running", "Releasing")
 
@@ -53,14 +55,10 @@ def build_job(spec: JobSpec, position: int, context: JobContext) -> JobInfo:
         raise ConfigError(_BOTH_GPU, field=where)
     _check_gpu(spec.gpu, f"{where}: gpu")
     field_of = _task_fields(spec.tasks, where)
-    # Read once per entry: `{count: N}` tasks and those taking the job's share one object.
-    read: dict[int, NodeAffinity | None] = {id(None): _affinity(spec.node_affinity, where)}
-    tasks = []
-    for i, task in enumerate(_expand(spec.tasks)):
-        raw = task.node_affinity
-        if id(raw) not in read:
-            read[id(raw)] = _affinity(raw, field_of(i))
-        tasks.append(_task(spec, task, i, field_of(i), context, read[id(raw)]))
+    expanded = _expand(spec.tasks)
+    selectors = [spec.node_selector if t.node_selector is None else t.node_selector for t in expanded]
+    shared = _shared(selectors)
+    tasks = _tasks(spec, expanded, selectors, shared, context)
     subgroups = _subgroups(spec, where)
     _check_task_subgroups(spec, subgroups, field_of)
     return JobInfo(
@@ -72,7 +70,7 @@ def build_job(spec: JobSpec, position: int, context: JobContext) -> JobInfo:
         min_member=spec.min_member or 0,
         created_at=float(position) if spec.created_at is None else spec.created_at,
         topology=_topology(spec.topology, context.topologies, where),
-        node_selector=dict(spec.node_selector),
+        node_selector=shared,
         stale_since=None if spec.stale_since is None else context.now + spec.stale_since,
         subgroups=subgroups,
         gpu_types=tuple(spec.gpu_types),
@@ -80,6 +78,33 @@ def build_job(spec: JobSpec, position: int, context: JobContext) -> JobInfo:
         tenant=spec.tenant,
         tenant_labels=dict(spec.tenant_labels),
     )
+
+
+def _tasks(
+    spec: JobSpec,
+    expanded: Sequence[TaskSpec],
+    selectors: Sequence[Mapping[str, str]],
+    shared: Mapping[str, str],
+    context: JobContext,
+) -> list[TaskInfo]:
+    """The tasks, each with its own constraint: its nodeAffinity (or the job's) and its
+    selector pairs beyond those every task shares (`shared`, the job's node selector)."""
+    where = f"job {spec.name!r}"
+    field_of = _task_fields(spec.tasks, where)
+    # Read once per entry, and one object per constraint: `{count: N}` tasks and those
+    # taking the job's share one (the core groups a job's pending tasks by identity).
+    terms: dict[int, tuple[NodeSelectorTerm, ...]] = {id(None): _terms(spec.node_affinity, where)}
+    made: dict[tuple[int, tuple[tuple[str, str], ...]], NodeAffinity | None] = {}
+    tasks = []
+    for i, task in enumerate(expanded):
+        raw = task.node_affinity
+        if id(raw) not in terms:
+            terms[id(raw)] = _terms(raw, field_of(i))
+        own = tuple(sorted((k, v) for k, v in selectors[i].items() if shared.get(k) != v))
+        if (id(raw), own) not in made:
+            made[(id(raw), own)] = node_affinity(terms[id(raw)], dict(own))
+        tasks.append(_task(spec, task, i, field_of(i), context, made[(id(raw), own)]))
+    return tasks
 
 
 def _subgroups(spec: JobSpec, where: str) -> dict[str, int]:
@@ -149,13 +174,32 @@ def _task_fields(tasks: list[TaskSpec] | TaskCountSpec, where: str) -> Callable[
     return lambda i: f"{where}: tasks[{i}]"
 
 
-def _affinity(raw: list[object] | None, field: str) -> NodeAffinity | None:
+def _terms(raw: list[object] | None, field: str) -> tuple[NodeSelectorTerm, ...]:
     if raw is None:
-        return None
+        return ()
     try:
-        return node_affinity(read_terms(raw, "nodeAffinity"))
+        return read_terms(raw, "nodeAffinity")
     except ValueError as e:
         raise ConfigError(str(e), field=field) from None
+
+
+def _shared(selectors: Sequence[Mapping[str, str]]) -> dict[str, str]:
+    """The nodeSelector pairs every task has: the job's (a task's own others go in its
+    affinity, as the Kubernetes backend and KAI's snapshots read pods)."""
+    common = dict(selectors[0]) if selectors else {}
+    for selector in selectors[1:]:
+        common = {k: v for k, v in common.items() if selector.get(k) == v}
+    return common
+
+
+def task_tolerations(spec: JobSpec) -> list[frozenset[Toleration]]:
+    """Each task's tolerations, in task order: its own, else the job's."""
+    job = _tolerations(spec.tolerations)
+    return [job if t.tolerations is None else _tolerations(t.tolerations) for t in _expand(spec.tasks)]
+
+
+def _tolerations(specs: Sequence[TolerationSpec]) -> frozenset[Toleration]:
+    return frozenset((t.key, t.operator, t.value, t.effect or "") for t in specs)
 
 
 def _task(

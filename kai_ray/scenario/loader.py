@@ -21,6 +21,7 @@ from kai_ray.config.errors import ConfigError, from_validation_error
 from kai_ray.config.priority import PriorityClasses
 from kai_ray.config.queues import check_queue_tree, queue_info
 from kai_ray.config.scheduler import to_scheduler_config
+from kai_ray.control.taints import apply_taints
 from kai_ray.core.model.snapshot import (
     UNLIMITED,
     ClusterSnapshot,
@@ -31,7 +32,7 @@ from kai_ray.core.model.snapshot import (
 )
 from kai_ray.core.model.words import count
 from kai_ray.scenario.expect import JobExpectation, TaskExpectation
-from kai_ray.scenario.jobs import JobContext, build_job, listing
+from kai_ray.scenario.jobs import JobContext, build_job, listing, task_tolerations
 from kai_ray.scenario.schema import (
     MAX_TASKS,
     JobExpectSpec,
@@ -102,6 +103,7 @@ def _build(spec: ScenarioFile, path: str | Path | None) -> Scenario:
     )
     jobs = [build_job(job, i, context) for i, job in enumerate(spec.jobs)]
     _check_unique_jobs(jobs)
+    nodes, jobs = _with_taints(spec, nodes, jobs)
     return Scenario(
         file="" if path is None else str(path),
         name=spec.name or (Path(path).name if path is not None else "scenario"),
@@ -132,6 +134,22 @@ def _node(name: str, spec: NodeSpec) -> NodeInfo:
         unschedulable=spec.unschedulable,
         gpu_type=spec.gpu_type,
     )
+
+
+def _with_taints(
+    spec: ScenarioFile, nodes: list[NodeInfo], jobs: list[JobInfo]
+) -> tuple[list[NodeInfo], list[JobInfo]]:
+    """Blocking taints keep off the tasks that do not tolerate them, by the rule every
+    backend shares (kai_ray.control.taints); a file without taints is left as it is."""
+    if not any(node.taints for node in spec.nodes.values()):
+        return nodes, jobs
+    taints = {name: [(t.key, t.value, t.effect) for t in node.taints] for name, node in spec.nodes.items()}
+    tolerations = {
+        (job.name, task.name): tolerated
+        for job_spec, job in zip(spec.jobs, jobs, strict=True)
+        for task, tolerated in zip(job.tasks, task_tolerations(job_spec), strict=True)
+    }
+    return apply_taints(nodes, taints, jobs, tolerations)
 
 
 def _queues(spec: ScenarioFile, classes: PriorityClasses) -> list[QueueInfo]:

@@ -9,7 +9,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, ConfigDict, Discriminator, Field, Tag, field_validator
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    field_validator,
+    model_validator,
+)
 
 from kai_ray.config.base import Duration, Labels, Quantity, StrictModel
 from kai_ray.config.priority import PriorityClassSpec
@@ -28,10 +37,12 @@ __all__ = [
     "ScenarioFile",
     "ScenarioQueueSpec",
     "SubGroupSpec",
+    "TaintSpec",
     "TaskCountSpec",
     "TaskExpectSpec",
     "TaskSpec",
     "TaskState",
+    "TolerationSpec",
     "TopologyRefSpec",
     "UsageSpec",
 ]
@@ -95,6 +106,61 @@ GpuType = Annotated[str, Field(min_length=1, pattern=r"^\S+$")]
 GpuTypeList = Annotated[tuple[GpuType, ...], BeforeValidator(_gpu_types)]
 
 
+def _text(value: object) -> object:
+    # YAML reads `value: true` or `value: 1` as a bool or a number; a taint's value is text.
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value) if isinstance(value, int | float) else value
+
+
+Text = Annotated[str, BeforeValidator(_text)]
+Effect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+
+class TaintSpec(StrictModel):
+    """A node's taint, as Kubernetes writes one (kai_ray.control.taints has the rule)."""
+
+    key: str = Field(min_length=1)
+    value: Text = ""
+    effect: Effect
+
+
+class TolerationSpec(StrictModel):
+    """A toleration, as a pod spec writes one: an empty key with Exists tolerates every
+    taint, an empty effect every effect."""
+
+    key: str = ""
+    operator: Literal["Equal", "Exists"] = "Equal"
+    value: Text = ""
+    effect: Effect | None = None
+
+    @model_validator(mode="after")
+    def _kubernetes_rules(self) -> TolerationSpec:
+        # Kubernetes refuses both: each would tolerate nothing, or something else than meant.
+        if self.operator == "Exists" and self.value:
+            raise ValueError(
+                "operator Exists takes no value (it tolerates its key's taints whatever their value); "
+                "remove value, or use operator Equal"
+            )
+        if not self.key and self.operator == "Equal":
+            raise ValueError(
+                "a toleration without a key tolerates every taint only with operator Exists; "
+                "give the taint's key, or write operator: Exists"
+            )
+        return self
+
+
+def _check_taints(taints: list[TaintSpec]) -> list[TaintSpec]:
+    seen = set()
+    for taint in taints:
+        if (taint.key, taint.effect) in seen:
+            raise ValueError(
+                f"taint {taint.key}:{taint.effect} is listed twice; a node has one taint per key and effect"
+            )
+        seen.add((taint.key, taint.effect))
+    return taints
+
+
 class NodeSpec(_Finite):
     gpus: int = Field(0, ge=0)
     cpu: Quantity = Field(_NODE.cpu, ge=0)  # cores
@@ -103,6 +169,7 @@ class NodeSpec(_Finite):
     labels: Labels = Field(default_factory=dict)
     unschedulable: bool = False
     gpu_type: GpuType = DEFAULT_GPU_TYPE  # H100, A100, ... (docs/gpu-types.md)
+    taints: Annotated[list[TaintSpec], AfterValidator(_check_taints)] = Field(default_factory=list)
 
     @field_validator("gpus")
     @classmethod
@@ -137,6 +204,8 @@ class TaskSpec(_Finite):
     # Kubernetes' nodeSelectorTerms (read by kai_ray.control.affinity, which names what
     # is wrong and where); replaces the job's nodeAffinity for this task.
     node_affinity: list[Any] | None = None
+    node_selector: Labels | None = None  # replaces the job's nodeSelector for this task
+    tolerations: list[TolerationSpec] | None = None  # replace the job's for this task
 
 
 class TaskCountSpec(TaskSpec):
@@ -181,6 +250,7 @@ class JobSpec(_Finite):
     topology: TopologyRefSpec | None = None
     node_selector: Labels = Field(default_factory=dict)
     node_affinity: list[Any] | None = None  # for every task that gives none of its own
+    tolerations: list[TolerationSpec] = Field(default_factory=list)  # the same
     stale_since: Duration | None = None  # relative to `now`
     sub_groups: list[SubGroupSpec] | None = None  # the gang as subgroups, each with its minimum
     gpu_types: GpuTypeList = ()  # the GPU types it accepts, most preferred first; none: any

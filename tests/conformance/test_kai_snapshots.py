@@ -302,10 +302,6 @@ WARNED = {
         _set("rawObjects.pods.0.metadata.annotations", {}),
         "pod ml/run-0: no annotation pod-group-name",
     ),
-    "a taint": (
-        _set("rawObjects.nodes.0.spec.taints", [{"key": "k", "effect": "NoSchedule"}]),
-        "node n0: taint k:NoSchedule",
-    ),
     "a queue field": (_set("rawObjects.queues.0.spec.newField", 1), "queue team: spec.newField"),
     "a topology not there": (_set(f"{GROUP1}.spec.topologyConstraint.topology", "x"), "topology 'x' is not"),
     "an unknown class": (_set(f"{GROUP1}.spec.priorityClassName", "gold"), "class 'gold' does not exist"),

@@ -112,7 +112,7 @@ def _place_gang(
     reservations: Reservations | None,
 ) -> bool:
     if capped(ctx.state, job):
-        problem = capacity_problem(ctx.state, ctx.shares, job, ctx.amount(gang))
+        problem = capacity_problem(ctx.state, ctx.shares, job, ctx.capacity_amount(gang))
         if problem is not None:
             ctx.stmt.set_reason(job.name, problem)
             return False
@@ -187,7 +187,7 @@ def _naming_the_subgroup(
 def _place_surplus(ctx: CycleContext, job: Job, surplus: list[Task], action: str) -> list[Task]:
     placed: list[Task] = []
     for task in surplus:
-        problem = capacity_problem(ctx.state, ctx.shares, job, ctx.amount([task]))
+        problem = capacity_problem(ctx.state, ctx.shares, job, ctx.capacity_amount([task]))
         if problem is not None:
             at = f"elastic job at {job.active()} of {count(len(job.tasks), 'task')}"
             ctx.stmt.set_reason(job.name, Reason(problem.code, f"{at}; {problem.text}"))

@@ -5,6 +5,7 @@ job is placed again (Releasing where it was, Pipelined where it goes)."""
 from __future__ import annotations
 
 from kai_ray.core.actions.preemptiondelay import HeldBack
+from kai_ray.core.actions.scenarios import free_gpus
 from kai_ray.core.actions.solver import solve
 from kai_ray.core.actions.terms import Terms
 from kai_ray.core.actions.victims import GivingOrder, Unit, victim_units
@@ -71,7 +72,7 @@ def _step(ctx: CycleContext, job: Job, failed: FailedSearches, held: HeldBack, r
         ctx.stmt.set_reason(job.name, waits)  # a look-alike would move others: this one too
     elif not room.enough(job, gang):
         failed.add(key, None, Grounds.ROOM)  # room alone decided it: the same for look-alikes
-    elif quota_problem(ctx.state, ctx.shares, job, ctx.amount(gang)) is not None:
+    elif quota_problem(ctx.state, ctx.shares, job, ctx.capacity_amount(gang)) is not None:
         failed.add(key, None, Grounds.SHARE)  # non-preemptible work over quota: no victim helps
     else:
         start = ctx.stmt.checkpoint()
@@ -87,14 +88,15 @@ def _step(ctx: CycleContext, job: Job, failed: FailedSearches, held: HeldBack, r
 
 
 def _room_in_total(ctx: CycleContext, job: Job, gang: list[Task]) -> bool:
-    """The gang's GPUs fit the free and releasing GPUs of its nodes taken together (KAI's
-    check before it consolidates: GPUs alone; a CPU job always passes). Of every GPU type:
-    work that accepts another type may move there and leave the job's type free."""
+    """The gang's GPUs fit the free and releasing GPUs of the cluster taken together (KAI's
+    check before it consolidates: GPUs alone, shared devices' free parts included, on
+    every schedulable node; a CPU job always passes). Not only the job's own nodes: work
+    moved off them frees room for it there and goes where the job may not (another GPU
+    type, nodes outside its selector or affinity, nodes it does not tolerate)."""
     nodes = ctx.state.nodes
-    mask = ctx.placer.any_type_mask(job)
     need = float(sum(t.demand[0] for t in gang))
     need += sum(t.fraction_on(nodes, 0) for t in gang if t.fraction_request) if len(nodes) else 0.0
-    free = float(nodes.idle[mask, 0].sum() + nodes.releasing[mask, 0].sum())
+    free = float(free_gpus(ctx)[nodes.schedulable].sum())
     return free + EPS >= need
 
 

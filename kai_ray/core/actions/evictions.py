@@ -168,7 +168,7 @@ def _attempt(
     queue's limits checked with the victims gone), then judged by the search's rule.
     The deserved quota of non-preemptible work is checked first: victims are
     preemptible and never count against it."""
-    if quota_problem(ctx.state, ctx.shares, job, ctx.amount(gang)) is not None:
+    if quota_problem(ctx.state, ctx.shares, job, ctx.capacity_amount(gang)) is not None:
         return _REFUSED
     # No room even with every candidate gone (and nothing placed again): no scenario can
     # do better, moves included, so no scenario is tried.

@@ -124,7 +124,7 @@ class Reservations:
         # A gang its queue's limit holds back waits for that, not for room.
         if (
             capped(ctx.state, job)
-            and capacity_problem(ctx.state, ctx.shares, job, ctx.amount(gang)) is not None
+            and capacity_problem(ctx.state, ctx.shares, job, ctx.capacity_amount(gang)) is not None
         ):
             return None
         return since, gang

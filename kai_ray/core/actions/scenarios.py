@@ -23,6 +23,7 @@ Each scenario is simulated by the solver; generators only propose.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
@@ -32,9 +33,33 @@ from kai_ray.core.actions.victims import GivingTree, Unit
 from kai_ray.core.session.candidates import SharedUnits
 from kai_ray.core.session.context import CycleContext
 from kai_ray.core.state.jobs import Task
-from kai_ray.core.state.nodes import EPS
+from kai_ray.core.state.nodes import EPS, FloatArray
+from kai_ray.core.state.statement import Statement
 
-__all__ = ["GENERATORS", "VictimOrder", "gpus_of"]
+__all__ = ["GENERATORS", "VictimOrder", "free_gpus", "gpus_of"]
+
+
+# Per Statement, free_gpus as the state stood at a state mark (each scenario is rolled
+# back, so a search reads the same figures again and again).
+_FREE: weakref.WeakKeyDictionary[Statement, tuple[int, FloatArray]] = weakref.WeakKeyDictionary()
+
+
+def free_gpus(ctx: CycleContext) -> FloatArray:
+    """Each node's GPUs free or being released, as KAI sums them for its solver's checks
+    (GetSumOfIdleGPUs plus GetSumOfReleasingGPUs): whole devices, and the free and
+    releasing parts of the devices that shares use. Read-only: copy to change it."""
+    stmt, mark = ctx.stmt, ctx.stmt.state_mark
+    got = _FREE.get(stmt)
+    if got is not None and got[0] == mark:
+        return got[1]
+    nodes = ctx.state.nodes
+    free = nodes.idle[:, 0] + nodes.releasing[:, 0] if len(nodes) else np.zeros(0)
+    free = np.array(free, dtype=np.float64)
+    for node in np.flatnonzero(nodes.frac_future > EPS).tolist():  # a device with room
+        free[node] += sum(d.idle + d.releasing for d in nodes.devices[node].values())
+    free.flags.writeable = False
+    _FREE[stmt] = (mark, free)
+    return free
 
 
 def gpus_of(ctx: CycleContext, t: Task) -> float:
@@ -201,16 +226,14 @@ class VictimOrder:
 
 class IdleGpus:
     """KAI's first check of an accumulated scenario (its AccumulatedIdleGpus filter):
-    each node's idle and releasing GPUs, plus the GPUs of the victims on it, and the
-    tasks' GPUs, largest first, fitted greedily into the nodes with the most, as many
-    nodes as there are tasks. A scenario it turns away is not simulated, and the search
+    each node's idle and releasing GPUs (free_gpus), plus the GPUs of the victims on it,
+    and the tasks' GPUs, largest first, fitted greedily into the nodes with the most, as
+    many nodes as there are tasks. A scenario it turns away is not simulated, and the search
     goes on to the next candidate (so it decides which scenarios come first)."""
 
     def __init__(self, ctx: CycleContext, tasks: Sequence[Task]) -> None:
-        nodes = ctx.state.nodes
         self.ctx = ctx
-        free = nodes.idle[:, 0] + nodes.releasing[:, 0] if len(nodes) else np.zeros(0)
-        self.free = np.array(free, dtype=np.float64)
+        self.free = free_gpus(ctx).copy()
         self.asks = sorted((gpus_of(ctx, t) for t in tasks), reverse=True)
         self.counted: set[int] = set()
 
@@ -305,8 +328,7 @@ def multi_node(
 def _node_subsets(
     ctx: CycleContext, units: list[Unit], recorded: Sequence[Unit], tasks: Sequence[Task]
 ) -> Iterator[list[Unit]]:
-    nodes = ctx.state.nodes
-    free = nodes.idle[:, 0] + nodes.releasing[:, 0] if len(nodes) else np.zeros(0)
+    free = free_gpus(ctx)
     freed: dict[int, float] = {}
     for u in recorded:
         for t in u.tasks:

@@ -40,7 +40,7 @@ from kai_ray.core.actions.victims import Unit
 from kai_ray.core.model.snapshot import TaskStatus
 from kai_ray.core.rules.capacity import capacity_problem
 from kai_ray.core.rules.typedqueues import rank_column
-from kai_ray.core.session.candidates import ROOM_SLACK, tasks_per_node
+from kai_ray.core.session.candidates import ROOM_SLACK, frees_at_most, tasks_per_node
 from kai_ray.core.session.context import CycleContext
 from kai_ray.core.session.jobqueues import JobQueues
 from kai_ray.core.state.jobs import Job, Task
@@ -208,13 +208,14 @@ class _RoomBound:
 
 
 def _freed(units: Sequence[Unit]) -> dict[int, np.ndarray]:
-    """Per node, what the units' tasks that may be taken hold there."""
+    """Per node, what the units' tasks that may be taken free there at most."""
     freed: dict[int, np.ndarray] = {}
     for u in units:
         for t in u.tasks:
             if t.takeable:
                 got = freed.get(t.node)
-                freed[t.node] = t.demand.copy() if got is None else got + t.demand
+                frees = frees_at_most(t)
+                freed[t.node] = frees.copy() if got is None else got + frees
     return freed
 
 
@@ -345,14 +346,27 @@ def _allocate_over(
     rows, policy = ctx.rows, ctx.policy
     assert rows is not None
 
+    # A queue's rank reads the state and what its head asks: while jobs are only passed
+    # over the state stands, so a rank is looked up by the ask (a few distinct ones in a
+    # long line) until an acting job changes the state.
+    ranks: dict[tuple[int, tuple[float, ...]], object] = {}
+
     def rank(q: int, j: Job) -> object:
         amount = asks.get(id(j))
         if amount is None:
-            return ctx.rank(q, j)
-        return policy.queue_rank(ctx.state, rows, q, amount)
+            amount = ctx.next_amount(j)
+        key = (q, tuple(amount))
+        got = ranks.get(key)
+        if got is None:
+            got = ranks[key] = policy.queue_rank(ctx.state, rows, q, amount)
+        return got
+
+    def forget(j: Job) -> None:  # a job passed over keeps its tasks, and what it asks
+        if id(j) in acting:
+            ctx.forget(j)
 
     lines = ctx.walk_line().lines(ctx.stmt.touched_jobs, mine, lambda j: j.pending_count > 0, state)
-    order = JobQueues(ctx.state, rank, lines, policy.job_order, ctx.forget)
+    order = JobQueues(ctx.state, rank, lines, policy.job_order, forget)
     back: set[int] = set()
     left = len(acting)
     waits = True  # the job is still to come
@@ -361,6 +375,7 @@ def _allocate_over(
         while left and (turn := order.next_job()) is not None:
             if id(turn) in acting:
                 left -= 1
+                ranks.clear()  # it may place, and the state moves
                 if turn is job:
                     if not _place(ctx, job, tasks, terms):
                         return None
@@ -376,6 +391,10 @@ def _allocate_over(
                         left += 1
                         order.push_back(turn)
                         continue
+            else:
+                # Passed over, as are the jobs its queue hands out next while it ranks
+                # first with them as with this one: nothing they do moves the line.
+                order.take_run(turn, lambda other: id(other) not in acting and ctx.same_rank(turn, other))
             order.done(turn)
     finally:
         ctx.placer.all_room = None
@@ -399,7 +418,10 @@ def _place(ctx: CycleContext, job: Job, tasks: list[Task], terms: Terms) -> bool
     """The job's tasks, its queue's limits checked first. Tasks whose affinities differ
     are tried again with the most constrained first when task order fails: a task that
     may use any node should not take the one node another task may use."""
-    if terms.check_capacity and capacity_problem(ctx.state, ctx.shares, job, ctx.amount(tasks)) is not None:
+    if (
+        terms.check_capacity
+        and capacity_problem(ctx.state, ctx.shares, job, ctx.capacity_amount(tasks)) is not None
+    ):
         return False
     placer = ctx.placer
     if placer.place_gang(ctx.stmt, job, tasks, terms.action):
@@ -419,7 +441,7 @@ def _place_again(ctx: CycleContext, tasks: list[Task], action: str) -> tuple[boo
     if not tasks:
         return False, set()
     job = tasks[0].job
-    if capacity_problem(ctx.state, ctx.shares, job, ctx.amount(tasks)) is not None:
+    if capacity_problem(ctx.state, ctx.shares, job, ctx.capacity_amount(tasks)) is not None:
         return False, set()
     stmt = ctx.stmt
     mark = stmt.checkpoint()
@@ -427,9 +449,10 @@ def _place_again(ctx: CycleContext, tasks: list[Task], action: str) -> tuple[boo
     # On one GPU type, as any placement of the job (Placer.type_choices); one mask where
     # the cluster has one type.
     for mask in ctx.placer.type_choices(job, ctx.placer.job_mask(job), tasks):
-        if _spots(ctx, tasks, mask, action):
-            return True, {id(t) for t in tasks if _here(t) == _where(was[id(t)], t)}
-        stmt.rollback(mark)
+        for nodes in ctx.placer.topology_masks(job, tasks, mask):  # its domains, as any placement
+            if _spots(ctx, tasks, nodes, action):
+                return True, {id(t) for t in tasks if _here(t) == _where(was[id(t)], t)}
+            stmt.rollback(mark)
     return False, set()
 
 

@@ -7,9 +7,14 @@ with other tasks: a fraction (0 < `gpu` < 1) or a slice of the device's memory
 - at node level, its whole devices (`whole_devices`); a request that shares a device
   takes none there (the device it opens counts as one used whole device, cluster.py);
 - on the device it shares, its *share* of that device (`device_share`): a memory slice
-  takes its bytes over the device's, at most the whole device, and the whole device
-  where the device's memory is unknown (0); a fraction takes its `gpu` figure on any
-  device (`fixed_share`: the share when no device decides it).
+  takes its bytes over the device's usable memory (above 1 on a device too small: it
+  fits none, and counts so against its queue until placed, as KAI counts it), and the
+  whole device where the device's memory is unknown (0); a fraction takes its `gpu`
+  figure on any device (`fixed_share`: the share when no device decides it).
+
+A device's usable memory is its memory floored to whole hundreds of MiB, as KAI reads a
+node's GPU memory (so that no two slices of a device ever come to the same bytes): on an
+80 GiB device (81,920 MiB, usable 81,900) four 20 GiB slices do not fit, three do.
 
 The share is what placing a task takes from its device (cluster.charge_device,
 statement.py), what a node must have room for (placement.py, vectorised:
@@ -26,9 +31,29 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["GpuAsk", "device_share", "device_shares", "fixed_share", "shares_device", "whole_devices"]
+__all__ = [
+    "GpuAsk",
+    "device_share",
+    "device_shares",
+    "fixed_share",
+    "shares_device",
+    "usable_memories",
+    "usable_memory",
+    "whole_devices",
+]
 
 FloatArray = npt.NDArray[np.float64]
+_MEMORY_STEP = 100 * 1024**2  # bytes: KAI floors a device's memory to hundreds of MiB
+
+
+def usable_memory(device_memory: float) -> float:
+    """The bytes of a device that memory slices may take (KAI's floor, above)."""
+    return device_memory - device_memory % _MEMORY_STEP
+
+
+def usable_memories(device_memory: FloatArray) -> FloatArray:
+    """`usable_memory` of each device."""
+    return device_memory - np.mod(device_memory, _MEMORY_STEP)
 
 
 class GpuAsk(Protocol):
@@ -61,7 +86,8 @@ def fixed_share(request: GpuAsk) -> float | None:
 def device_share(request: GpuAsk, device_memory: float) -> float:
     """The share of one device with `device_memory` bytes that the request takes."""
     if request.gpu_memory > 0:
-        return min(1.0, request.gpu_memory / device_memory) if device_memory > 0 else 1.0
+        usable = usable_memory(device_memory)
+        return request.gpu_memory / usable if usable > 0 else 1.0
     return request.gpu
 
 
@@ -71,5 +97,6 @@ def device_shares(request: GpuAsk, device_memory: FloatArray) -> FloatArray | fl
     if request.gpu_memory <= 0:
         return request.gpu
     share = np.ones(len(device_memory))
-    np.divide(request.gpu_memory, device_memory, out=share, where=device_memory > 0)
-    return np.minimum(share, 1.0, out=share)
+    usable = usable_memories(device_memory)
+    np.divide(request.gpu_memory, usable, out=share, where=usable > 0)
+    return share

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kai_ray.core.model.gpushare import device_shares
+from kai_ray.core.model.gpushare import device_shares, usable_memories
 from kai_ray.core.model.snapshot import JobInfo, NodeInfo, Request
 from kai_ray.core.model.subgroups import gang_tasks
 from kai_ray.core.model.words import count, gang_words, level_noun
@@ -141,7 +141,7 @@ def _per_device(nodes: Nodes, request: Request) -> FloatArray:
     share = np.broadcast_to(device_shares(request, nodes.device_memory), (len(nodes),))
     per: FloatArray = np.floor((1 + EPS) / np.maximum(share, EPS))
     if request.gpu_memory > 0:
-        per = np.where(nodes.device_memory >= request.gpu_memory - EPS, per, 0.0)
+        per = np.where(usable_memories(nodes.device_memory) >= request.gpu_memory - EPS, per, 0.0)
     return per
 
 

@@ -11,7 +11,12 @@ from dataclasses import dataclass
 from kai_ray.core.rules.fairshare import FairShares
 from kai_ray.core.state.nodes import FloatArray
 
-__all__ = ["ReclaimSides", "ShareRows"]
+__all__ = ["NO_SHARE_BASE", "ReclaimSides", "ShareRows"]
+
+# A resource the queue has no allocatable share of: its dominant share is what it holds
+# times 1000 (KAI's GetDominantResourceShare, noFairShareDrfMultiplier), not a share of
+# the cluster, so any use of it outweighs every resource the queue has a share of.
+NO_SHARE_BASE = 1e-3
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,18 +28,15 @@ class ShareRows:
     fair_share: list[list[float]]
     allocatable: list[list[float]]
     total: list[float]
-    # Per queue, what a dominant share divides by: the allocatable share, or the cluster
-    # where that is 0, or a tiny number where nobody has the resource (use ranks last).
+    # Per queue, what a dominant share divides by: the allocatable share, or
+    # NO_SHARE_BASE where that is 0 (KAI's proportion plugin: allocated x 1000).
     share_base: list[list[float]]
 
     @staticmethod
     def of(shares: FairShares, total: FloatArray) -> ShareRows:
         allocatable = shares.allocatable.tolist()
         totals = total.tolist()
-        base = [
-            [a if a > 1e-9 else (t if t > 1e-9 else 1e-300) for a, t in zip(row, totals, strict=True)]
-            for row in allocatable
-        ]
+        base = [[a if a > 1e-9 else NO_SHARE_BASE for a in row] for row in allocatable]
         return ShareRows(shares.deserved.tolist(), shares.fair_share.tolist(), allocatable, totals, base)
 
 

@@ -1,17 +1,23 @@
 """Where tasks go: node filters and scores (vectorised over nodes), GPU device choice,
-and topology domains. Placement changes state only through the Statement it is given."""
+and topology domains (topologyrule.py). Placement changes state only through the Statement it is given."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import TypeVar, cast
 
 import numpy as np
 
 from kai_ray.core.model.gpushare import device_shares
-from kai_ray.core.model.snapshot import NodeAffinity, SchedulerConfig, TaskStatus, TopologyConstraint
+from kai_ray.core.model.snapshot import NodeAffinity, SchedulerConfig, TaskStatus
 from kai_ray.core.rules.nodeindex import GpuBuckets
-from kai_ray.core.rules.nodesets import Domains, affinity_mask, domain_ids, selector_mask
+from kai_ray.core.rules.nodesets import (
+    Domains,
+    affinity_mask,
+    domain_ids,
+    selector_mask,
+)
+from kai_ray.core.rules.topologyrule import TopologyRule
 from kai_ray.core.rules.typechoices import Selector, TypeChoices
 from kai_ray.core.state.cluster import ClusterState
 from kai_ray.core.state.jobs import Job, Task
@@ -25,7 +31,7 @@ Spot = tuple[int, int, bool]  # node, device (-1 unless fractional), pipelined
 _NONE_FITS, _UNSURE, _MAX_SCAN = -1, -2, 64
 
 
-class Placer(TypeChoices):
+class Placer(TopologyRule, TypeChoices):
     def __init__(self, state: ClusterState, config: SchedulerConfig) -> None:
         self.state = state
         self.config = config
@@ -63,10 +69,6 @@ class Placer(TypeChoices):
         """Schedulable nodes that match the job's node selector, the affinity all its
         tasks share and the GPU types it accepts (cached per all three)."""
         return self._base_mask(job.selector, job.affinity, job.info.gpu_types)
-
-    def any_type_mask(self, job: Job) -> BoolArray:
-        """base_mask of every GPU type: the nodes work moved for the job may go to."""
-        return self._base_mask(job.selector, job.affinity, ())
 
     def _base_mask(
         self, selector: tuple[tuple[str, str], ...], affinity: NodeAffinity | None, types: tuple[str, ...]
@@ -111,11 +113,10 @@ class Placer(TypeChoices):
         if by_type is not None:
             mask = mask & by_type
         constraint = job.info.topology
+        if constraint is not None and self.refused_topology(constraint) is not None:
+            return np.zeros_like(mask)  # KAI's topology plugin refuses it: no node, ever
         if constraint is not None and constraint.required:
-            ids, _ = self.domains(constraint.required)
-            domains = {int(ids[t.node]) for t in job.tasks if t.status.is_active and t.node >= 0}
-            # A node without the level's label is in no domain: never one for this job.
-            mask = mask & (np.isin(ids, list(domains)) if domains else ids >= 0)
+            mask = self._in_held_domain(job, constraint, mask)
         if job.info.spread == "required":
             held = list(self.own_counts(job))
             if held:
@@ -155,7 +156,10 @@ class Placer(TypeChoices):
         whole = nodes.idle[:, 0] + (nodes.releasing[:, 0] if future else 0.0)
         # A shared device with room counts even when only its releasing part has it: a
         # fraction waits for the shared device rather than opening a fresh one (as KAI).
-        return (nodes.frac_future >= need - EPS) | (whole >= 1 - EPS)
+        # A fresh device holds any share but one above the whole device (a memory slice
+        # larger than the device's usable memory: gpushare.py).
+        fresh = (whole >= 1 - EPS) & (np.asarray(need) <= 1 + EPS)
+        return (nodes.frac_future >= need - EPS) | fresh
 
     def _fractions(self, task: Task) -> FloatArray | float:
         """The task's share of one device, per node (gpushare.py)."""
@@ -274,6 +278,11 @@ class Placer(TypeChoices):
             return min(now)[1], True
         if later:
             return min(later)[1], False
+        if not fresh:  # opened on a GPU being released: a released device's, by its name
+            # (not the one a victim left: KAI gives it a new group, so it moved).
+            for i, d in shared:
+                if d.released and task.evicted_from != (node, i):
+                    return i, False
         return nodes.new_device_index(node), fresh
 
     # ------------------------------------------------------------ gangs
@@ -393,42 +402,14 @@ class Placer(TypeChoices):
     ) -> bool:
         constraint = job.info.topology
         for mask in self.type_choices(job, self.base_mask(job), tasks):
-            if constraint is None or not (constraint.required or constraint.preferred):
+            if constraint is None:
                 if self.place_all(stmt, tasks, mask, action, allow_pipeline):
                     return True
                 continue
-            for domain_mask in self.domain_masks(constraint, tasks, mask):
+            for domain_mask in self.topology_masks(job, tasks, mask):
                 if self.place_all(stmt, tasks, domain_mask, action, allow_pipeline):
                     return True
         return False
-
-    def domain_masks(
-        self, constraint: TopologyConstraint, tasks: Sequence[Task], mask: BoolArray
-    ) -> Iterator[BoolArray]:
-        """Node sets to try, best first: each preferred domain, then each required domain
-        (or the whole cluster when nothing is required)."""
-        if constraint.preferred:
-            yield from self._domains_by_room(constraint.preferred, tasks, mask)
-        if constraint.required:
-            yield from self._domains_by_room(constraint.required, tasks, mask)
-        else:
-            yield mask
-
-    def _domains_by_room(self, level: str, tasks: Sequence[Task], mask: BoolArray) -> Iterator[BoolArray]:
-        ids, names = self.domains(level)
-        usable = mask & (ids >= 0)
-        if not names or not usable.any():
-            return
-        nodes = self.state.nodes
-        need = sum((t.demand for t in tasks), start=np.zeros(nodes.idle.shape[1]))
-        room = nodes.idle + nodes.releasing
-        col = 0 if need[0] > 0 or any(t.fraction_request for t in tasks) else 1
-        free = np.bincount(ids[usable], weights=room[usable, col], minlength=len(names))
-        # Binpack over domains: the fullest domain that may hold the whole gang first.
-        order = sorted(range(len(names)), key=lambda d: (free[d], names[d]))
-        for d in order:
-            if free[d] + EPS >= need[col]:
-                yield usable & (ids == d)
 
 
 def _fewest(room: BoolArray, counts: dict[int, int], held: list[int], required: bool) -> BoolArray | None:

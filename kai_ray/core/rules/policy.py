@@ -40,7 +40,7 @@ import numpy as np
 
 from kai_ray.core.model.snapshot import TaskStatus
 from kai_ray.core.rules.fairshare import FairShares
-from kai_ray.core.rules.hooks import ReclaimSides, ShareRows
+from kai_ray.core.rules.hooks import NO_SHARE_BASE, ReclaimSides, ShareRows
 from kai_ray.core.state.cluster import ClusterState
 from kai_ray.core.state.jobs import Job, Task, Unit
 from kai_ray.core.state.nodes import EPS, FloatArray
@@ -99,13 +99,14 @@ def tasks_to_allocate(job: Job) -> list[Task]:
 
 
 def dominant_share(amount: Sequence[float], allocatable: Sequence[float], total: Sequence[float]) -> float:
-    """max over resources of amount / allocatable share (over the total where that is 0)."""
+    """max over resources of amount / allocatable share; a resource with no allocatable
+    share counts amount x 1000, as KAI's (hooks.NO_SHARE_BASE; `total` is not needed)."""
     share = 0.0
     for r in range(3):
         if amount[r] <= EPS:
             continue
-        base = allocatable[r] if allocatable[r] > EPS else total[r]
-        share = max(share, amount[r] / base if base > EPS else float("inf"))
+        base = allocatable[r] if allocatable[r] > EPS else NO_SHARE_BASE
+        share = max(share, amount[r] / base)
     return share
 
 

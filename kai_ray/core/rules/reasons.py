@@ -70,9 +70,19 @@ def _type_limits(placer: Placer, job: Job, tasks: Sequence[Task]) -> tuple[list[
 
 def _explain(placer: Placer, tasks: Sequence[Task]) -> Reason:
     job = tasks[0].job
+    refused = placer.refused_topology(job.info.topology) if job.info.topology is not None else None
+    if refused is not None:
+        return Reason("topology", refused)
     mask = placer.base_mask(job)
     if not mask.any():
         return _no_node(placer, job)
+    constraint = job.info.topology
+    inside = placer.in_topology(constraint) if constraint is not None else None
+    if constraint is not None and inside is not None:  # a node outside its topology is in no domain
+        mask = mask & inside
+        if not mask.any():
+            text = f"no node it may use is in topology {constraint.topology}: each lacks the label of a level"
+            return Reason("topology", text)
     unmet = unmet_affinity(placer, tasks)
     if unmet is not None:
         return unmet
@@ -234,10 +244,11 @@ def _gang_never_fits(
         on_type,
         job.info.spread,
         level,
+        constraint.topology if constraint is not None else None,
     )
 
     def work_out() -> str:
-        domains = placer.domains(level) if level else None
+        domains = placer.level_domains(constraint, level) if constraint is not None and level else None
         return gang_problem(placer.state.nodes, gang, mask, job.info, domains)
 
     return placer.node_fact(key, work_out)
@@ -287,7 +298,8 @@ def _among(placer: Placer, job: Job, mask: np.ndarray) -> np.ndarray | slice:
 
 def _topology_reason(placer: Placer, tasks: Sequence[Task], mask: np.ndarray, level: str, gang: str) -> str:
     noun = level_noun(level)
-    ids, names = placer.domains(level)
+    constraint = tasks[0].job.info.topology
+    ids, names = placer.level_domains(constraint, level) if constraint is not None else placer.domains(level)
     usable = mask & (ids >= 0)
     if not usable.any():
         return f"{gang} must share one {noun}, but no matching node has the label {level}"

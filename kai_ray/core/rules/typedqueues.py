@@ -16,6 +16,7 @@ import numpy as np
 from kai_ray.core.model.snapshot import UNLIMITED, QueueInfo, Reason
 from kai_ray.core.model.words import number
 from kai_ray.core.rules.fairshare import compute_fair_shares
+from kai_ray.core.rules.hooks import NO_SHARE_BASE
 from kai_ray.core.state.cluster import ClusterState
 from kai_ray.core.state.gputypes import GpuTypes
 from kai_ray.core.state.jobs import Job
@@ -136,8 +137,7 @@ def _fair_shares(typed: TypedUsage, nodes: Nodes, k: float) -> None:
         width = cols.stop - first
         out[:, cols], deserved[:, cols] = shares.fair_share[:, :width], shares.deserved[:, :width]
         allocatable[:, cols] = shares.allocatable[:, :width]
-    fallback = np.where(capacity > EPS, capacity, 1e-300)
-    base = np.where(allocatable > EPS, allocatable, fallback[None, :])
+    base = np.where(allocatable > EPS, allocatable, NO_SHARE_BASE)
     # Per queue, for its rank: fair share, deserved share, what a dominant share divides by.
     typed.share_rows = list(zip(out.tolist(), deserved.tolist(), base.tolist(), strict=True))
     typed.fair_share = out

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from kai_ray.core.state.jobs import Job, Unit
+from kai_ray.core.state.jobs import Job, Task, Unit
 from kai_ray.core.state.nodes import EPS, FloatArray
 from kai_ray.core.state.statement import Statement
 
@@ -28,6 +28,7 @@ __all__ = [
     "Candidates",
     "Piece",
     "SharedUnits",
+    "frees_at_most",
     "tasks_per_node",
     "unit_piece",
     "victim_units",
@@ -66,8 +67,20 @@ def victim_units(jobs: Sequence[Job], order: Callable[[Unit], Any]) -> list[Unit
 Piece = tuple[np.ndarray, np.ndarray]
 
 
+def frees_at_most(t: Task) -> FloatArray:
+    """What the task's leaving frees at node level, at most: its demand, and for a share
+    of a device that whole device (freed once the device's other shares go too). The
+    victim bounds read it: a share's own demand holds no whole device, and a bound built
+    on it would never let a share make room for a whole-GPU task."""
+    if not t.fraction_request:
+        return t.demand
+    freed = t.demand.copy()
+    freed[0] = max(freed[0], 1.0)
+    return freed
+
+
 def unit_piece(u: Unit, width: int) -> Piece:
-    demand = np.array([t.demand for t in u.tasks], dtype=np.float64).reshape(-1, width)
+    demand = np.array([frees_at_most(t) for t in u.tasks], dtype=np.float64).reshape(-1, width)
     return np.array([t.node for t in u.tasks], dtype=np.int64), demand
 
 
@@ -111,7 +124,7 @@ class Candidates:
         return other
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(each task's node, its unit, its demand; each unit's queue)."""
+        """(each task's node, its unit, what it frees at most; each unit's queue)."""
         if self._arrays is None and self._pieces is not None:
             self._arrays = self._joined(self._pieces)
         if self._arrays is None:
@@ -120,7 +133,7 @@ class Candidates:
                 for t in u.tasks:
                     nodes.append(t.node)
                     unit_of.append(i)
-                    demand.append(t.demand)
+                    demand.append(frees_at_most(t))
             self._arrays = (
                 np.array(nodes, dtype=np.int64),
                 np.array(unit_of, dtype=np.int64),

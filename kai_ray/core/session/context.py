@@ -7,6 +7,7 @@ from typing import Protocol
 
 import numpy as np
 
+from kai_ray.core.model.gpushare import device_share
 from kai_ray.core.model.snapshot import Reserved, SchedulerConfig
 from kai_ray.core.rules.capacity import capped
 from kai_ray.core.rules.fairshare import FairShares
@@ -156,6 +157,23 @@ class CycleContext:
         total = np.zeros(3)
         for t in tasks:
             total += self.state.queue_amount(t, t.node)
+        return total
+
+    def capacity_amount(self, tasks: list[Task]) -> FloatArray:
+        """What a queue's limit and quota checks count for these tasks: their `amount`,
+        but a memory slice not placed yet at its share of the largest device, its smallest
+        possible share (KAI's capacity policy: if even that goes over, the job does; where
+        it lands decides what it then holds). Fair share sizes it on the smallest device."""
+        total = self.amount(tasks)
+        slices = [t for t in tasks if t.node < 0 and t.info.request.gpu_memory > 0]
+        if not slices:
+            return total
+        state = self.state
+        total = total.copy()
+        for t in slices:
+            req = t.info.request
+            smallest = device_share(req, state.max_device_memory)
+            total[0] += smallest - device_share(req, state.min_device_memory)
         return total
 
     def rank(self, q: int, job: Job) -> QueueRank:

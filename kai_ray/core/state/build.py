@@ -53,6 +53,7 @@ def build_state_and_leaves(
         job_index={},
         invalid={},
         min_device_memory=min(gpu_mem) if gpu_mem else 0.0,
+        max_device_memory=max(gpu_mem) if gpu_mem else 0.0,
         closed_queues=closed_queues,
     )
     builder = _Builder(state, requests)

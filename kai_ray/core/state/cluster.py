@@ -108,6 +108,9 @@ class ClusterState:
     refused: dict[str, Reason] = field(default_factory=dict)
     refused_waiting: set[str] = field(default_factory=set)  # of them, those with tasks left out
     closed_queues: bool = False
+    # A queue's limit and quota checks size a memory slice not placed yet on the largest
+    # device (session/context.py, capacity_amount).
+    max_device_memory: float = 0.0
 
     def maybe_pending(self) -> list[Job]:
         return self.jobs if self.waiting is None else self.waiting

@@ -17,6 +17,9 @@ from kai_ray.core.state.nodes import FloatArray, Nodes
 
 __all__ = ["Job", "Task", "Unit"]
 
+# Running at the snapshot (a bind in flight is taken as running: accounting.make_task).
+_RAN = frozenset({TaskStatus.RUNNING, TaskStatus.BINDING})
+
 
 @dataclass(slots=True, eq=False)
 class Task:
@@ -125,8 +128,10 @@ class Job:
         return [t for t in self.tasks if t.status is TaskStatus.RUNNING]
 
     def running_since(self) -> float:
-        """When its earliest running task started (0 when none runs)."""
-        return min((t.since for t in self.tasks if t.status is TaskStatus.RUNNING), default=0.0)
+        """When its earliest task running at the snapshot started (0 when none ran): the
+        gang's start, as KAI's min runtime reads it off its podgroup, kept while the
+        cycle moves or evicts its tasks (a job consolidation just moved is not new)."""
+        return min((t.since for t in self.tasks if t.info.status in _RAN), default=0.0)
 
     def missing(self) -> list[Task]:
         """The pending tasks its gang still misses, each subgroup's first ones (fewer

@@ -39,10 +39,13 @@ EPS = 1e-9
 
 @dataclass(slots=True)
 class Device:
-    """One GPU shared by fractional tasks: the part of it free now and being released."""
+    """One GPU shared by fractional tasks: the part of it free now and being released.
+    `released`: every share on it is being released, so it counts as a releasing whole
+    GPU of its node and holds no room of its own (Statement.evict)."""
 
     idle: float = 1.0
     releasing: float = 0.0
+    released: bool = False
 
 
 class Nodes:

@@ -352,8 +352,14 @@ class Statement:
         fraction = task.fraction_on(nodes, node) if task.fraction_request else 0.0
         if fraction:
             shared = nodes.devices[node][device]
-            shared_before = shared.releasing
+            shared_before = (shared.idle, shared.releasing, shared.released)
             shared.releasing += fraction
+            if shared.idle + shared.releasing >= 1 - EPS:
+                # Every share on it is being released: a releasing whole GPU of the node,
+                # no longer a device a share may join (KAI's node: ReleasingVector gains
+                # the GPU, IsTaskFitOnGpuGroup refuses a group all released).
+                shared.idle, shared.releasing, shared.released = 0.0, 0.0, True
+                nodes.releasing[node, 0] += 1
             nodes.refresh_fractions(node)
         # The node's watchers keep figures of its releasing room too (the free GPUs per
         # type, now and once released): told of every change, undo included, or what they
@@ -386,7 +392,7 @@ class Statement:
             undo_usage()
             nodes.releasing[node] = releasing_before
             if fraction:
-                shared.releasing = shared_before
+                shared.idle, shared.releasing, shared.released = shared_before
                 nodes.refresh_fractions(node)
             nodes.changed(node)
 
@@ -414,7 +420,12 @@ class Statement:
         fraction = task.fraction_on(nodes, node)
         device = devices.get(index)
         opened_from = ""
-        if device is None:
+        reopened = device is not None and device.released
+        if reopened:  # a released device's name taken again: the GPU being released
+            assert device is not None
+            nodes.releasing[node, 0] -= 1
+            device.idle, device.releasing, device.released = 0.0, 1.0, False
+        elif device is None:
             # Opening a whole device for sharing: a free one, or one being released.
             if nodes.idle[node, 0] >= 1 - EPS:
                 nodes.idle[node, 0] -= 1
@@ -431,6 +442,8 @@ class Statement:
 
         def undo() -> None:  # the node's rows are put back by the caller's undo
             device.idle, device.releasing = before
+            if reopened:
+                device.idle, device.releasing, device.released = 0.0, 0.0, True
             if opened_from:
                 del devices[index]
             nodes.refresh_fractions(node)
