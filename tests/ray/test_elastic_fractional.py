@@ -86,13 +86,15 @@ def test_fractional_gpus_share_devices(start_scheduler: Any) -> None:
     # release within a moment (the scheduler lets Ray take the freed room back first).
     wait_until(lambda: held_by_a() == 0, timeout=10, what=held_by_a)
 
-    # GPU memory: a worker asking for 20 GiB of an 80 GiB device holds a quarter of one.
+    # GPU memory: a worker asking for 20 GiB of an 80 GiB device holds its part of the
+    # device's usable memory (81,900 MiB: floored to hundreds of MiB, as KAI reads it),
+    # a little over a quarter; Ray's bundle rounds it up to 4 decimals.
     sched = kai_ray.get_scheduler()
     wid = sched.submit(make_spec("a", kind="block", resources_per_worker={"gpu_memory": "20Gi"}))
     wait_until(lambda: sched.info(wid)["state"] == "Running", what=lambda: sched.info(wid))
     (group,) = groups_of(wid)
-    assert group["bundles"][0]["GPU"] == pytest.approx(0.25)
-    assert kai_ray.get_scheduler().queues()[0]["allocated"][0] == pytest.approx(0.25)
+    assert group["bundles"][0]["GPU"] == pytest.approx(0.2501)
+    assert kai_ray.get_scheduler().queues()[0]["allocated"][0] == pytest.approx(20 * 1024 / 81900)
 
 
 def test_elastic_body_sees_its_surplus_workers(start_scheduler: Any) -> None:

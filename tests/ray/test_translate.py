@@ -36,7 +36,9 @@ def test_translation_of_ray_nodes_and_bundles() -> None:
     assert (req.gpu, req.cpu, req.extended) == (0.5, 2, (("fpga", 1.0),))
     assert bundle_for(req, node) == {"fpga": 1, "CPU": 2, "GPU": 0.5}
     by_memory = request_for({"gpu_memory": 10 * 2**30})
-    assert bundle_for(by_memory, node) == {"GPU": 0.25}  # 10 of the node's 40 GiB devices
+    # 10 GiB of the node's 40 GiB devices, of their usable 40,900 MiB (KAI's floor to
+    # hundreds of MiB), rounded up to Ray's 4 decimals.
+    assert bundle_for(by_memory, node) == {"GPU": 0.2504}
     assert summarize([]) is None
 
 
