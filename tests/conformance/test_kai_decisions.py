@@ -18,11 +18,11 @@ identical (a fix: take it off the list), so the list stays exactly true.
 from __future__ import annotations
 
 import json
-from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from kai_ray.conformance.compare import differing_jobs, task_counts
 from kai_ray.scenario import load_scenario, run_scenario
 
 CORPUS = Path(__file__).parent / "kai-v0.17.0"
@@ -49,28 +49,20 @@ DIFFERENCES: dict[str, str] = {
     "fuzz-s2-56": KAI_SHARED_GPU,
 }
 
-_PLACED = {"Binding": "placed", "Pipelined": "placed"}
-
-
-def _counts(statuses: list[str]) -> dict[str, int]:
-    return dict(sorted(Counter(_PLACED.get(s, s) for s in statuses).items()))
-
 
 def kai_decision(name: str) -> dict[str, dict[str, int]]:
     recorded = json.loads((CORPUS / f"{name}.kai.json").read_text())
-    return {job: _counts([t["status"] for t in tasks]) for job, tasks in recorded["jobs"].items()}
+    return {job: task_counts(t["status"] for t in tasks) for job, tasks in recorded["jobs"].items()}
 
 
 def kai_ray_decision(name: str) -> dict[str, dict[str, int]]:
     result = run_scenario(load_scenario(CORPUS / f"{name}.yaml"))
     assert result.error is None, f"{name}: {result.error}"
-    return {job.name: _counts([t.status.value for t in job.tasks]) for job in result.jobs}
+    return {job.name: task_counts(t.status.value for t in job.tasks) for job in result.jobs}
 
 
 def differences(name: str) -> dict[str, tuple[dict[str, int], dict[str, int] | None]]:
-    ours = kai_ray_decision(name)
-    kai = kai_decision(name)
-    return {job: (theirs, ours.get(job)) for job, theirs in kai.items() if ours.get(job) != theirs}
+    return differing_jobs(kai_decision(name), kai_ray_decision(name))
 
 
 def test_the_corpus_is_complete() -> None:

@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from kai_ray.cli import main
+from kai_ray.conformance.compare import differing_jobs, task_counts
 from kai_ray.conformance.corpus import StateName, first_state, now_of, parse_name, read_state
 from kai_ray.conformance.generate import FEATURES, State
 from kai_ray.conformance.kaiwrite import kai_snapshot
@@ -46,12 +47,6 @@ DIFFERENCES: dict[str, str] = {
 # makes the trajectories part).
 FOLLOWED_DIFFERENCES: dict[str, str] = {}
 
-_PLACED = {"Binding": "placed", "Pipelined": "placed"}
-
-
-def _counts(statuses: list[str]) -> dict[str, int]:
-    return dict(sorted(Counter(_PLACED.get(s, s) for s in statuses).items()))
-
 
 @functools.cache
 def _state(name: str) -> State:
@@ -62,8 +57,8 @@ def kai_decision(name: str) -> dict[str, dict[str, int]]:
     in_flight = _state(name).in_flight
     recorded = json.loads((CORPUS / f"{name}.kai.json").read_text())["jobs"]
     return {
-        job: _counts(
-            ["Running" if t["name"] in in_flight and t["status"] == "Binding" else t["status"] for t in tasks]
+        job: task_counts(
+            "Running" if t["name"] in in_flight and t["status"] == "Binding" else t["status"] for t in tasks
         )
         for job, tasks in recorded.items()
     }
@@ -87,9 +82,10 @@ def kai_ray_decide(state: State) -> Decision:
 
 
 def differences(name: str) -> dict[str, tuple[dict[str, int], dict[str, int] | None]]:
-    ours = {job: _counts([t["status"] for t in tasks]) for job, tasks in kai_ray_decide(_state(name)).items()}
-    kai = kai_decision(name)
-    return {job: (theirs, ours.get(job)) for job, theirs in kai.items() if ours.get(job) != theirs}
+    ours = {
+        job: task_counts(t["status"] for t in tasks) for job, tasks in kai_ray_decide(_state(name)).items()
+    }
+    return differing_jobs(kai_decision(name), ours)
 
 
 def test_the_corpus_covers_every_feature() -> None:

@@ -391,10 +391,6 @@ def _allocate_over(
                         left += 1
                         order.push_back(turn)
                         continue
-            else:
-                # Passed over, as are the jobs its queue hands out next while it ranks
-                # first with them as with this one: nothing they do moves the line.
-                order.take_run(turn, lambda other: id(other) not in acting and ctx.same_rank(turn, other))
             order.done(turn)
     finally:
         ctx.placer.all_room = None
