@@ -358,12 +358,13 @@ def _topology(spec: Obj, what: str, ctx: JobContext) -> TopologyConstraint | Non
         return None
     topology = ctx.topologies.get(str(name))
     if topology is None:
+        # KAI's topology plugin refuses such a job ("Requested topology ... does not
+        # exist"): it waits (read_kai_snapshot lists the name with no levels).
         ctx.notes.add(
-            f"topology {name!r} is not among the snapshot's topologies; constraint not followed",
+            f"topology {name!r} is not among the snapshot's topologies; the job waits, as in KAI",
             "pod group",
             short,
         )
-        return None
     # Levels kept as named: one the topology does not list (hostname too) makes the job
     # wait, as KAI's topology plugin refuses it (Placer.refused_topology says why).
     return TopologyConstraint(str(name), required, preferred)

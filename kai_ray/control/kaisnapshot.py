@@ -156,6 +156,7 @@ def read_kai_snapshot(doc: object) -> KaiSnapshot:
         notes=notes,
     )
     jobs = read_jobs(objects["pods"], objects["podGroups"], objects["bindRequests"], context)
+    config = _undefined_topologies(config, jobs.jobs)
     nodes = [_with_outside(n, jobs.outside.get(n.name, ())) for n in nodes]
     tolerations = _tolerations(objects["pods"], jobs.jobs)
     nodes, job_list = apply_taints(nodes, taints, jobs.jobs, tolerations)
@@ -387,6 +388,17 @@ def _classes(raw: Sequence[Any]) -> tuple[PriorityClasses, str | None]:
         if obj.get("globalDefault") is True:
             default = name
     return PriorityClasses.of_cluster(values), default
+
+
+def _undefined_topologies(config: SchedulerConfig, jobs: Sequence[JobInfo]) -> SchedulerConfig:
+    """Each topology a job names that the snapshot does not hold, listed with no levels:
+    the core then refuses the job, as KAI does (Placer.refused_topology)."""
+    named = {j.topology.topology for j in jobs if j.topology is not None}
+    undefined = sorted(named - set(config.topologies))
+    if not undefined:
+        return config
+    topologies = {**config.topologies, **{name: Topology(name, ()) for name in undefined}}
+    return dataclasses.replace(config, topologies=topologies)
 
 
 def _topologies(raw: Sequence[Any]) -> dict[str, Topology]:

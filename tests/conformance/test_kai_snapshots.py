@@ -21,7 +21,7 @@ import pytest
 
 from kai_ray.cli import main
 from kai_ray.control.kaisnapshot import KaiSnapshot, KaiSnapshotError, read_kai_bytes, read_kai_snapshot
-from kai_ray.core import ClusterSnapshot, JobInfo, TaskInfo, TaskStatus
+from kai_ray.core import Bind, ClusterSnapshot, JobInfo, TaskInfo, TaskStatus, run_cycle
 from kai_ray.scenario import load_scenario, run_scenario
 from kai_ray.scenario.kaisnapshot import kai_scenario, load_kai_scenario
 
@@ -255,6 +255,29 @@ def test_pod_groups_give_the_gang_subgroups_priority_and_topology() -> None:
     assert wait.topology is not None and wait.topology.required == "rack"
     assert kai.config.topologies["dc"].levels == ("rack",)
     assert kai.warnings == ()
+
+
+@pytest.mark.parametrize("defined", [True, False])
+def test_a_pod_group_naming_a_topology_the_snapshot_lacks_waits_as_in_kai(defined: bool) -> None:
+    """KAI's topology plugin refuses a job whose Topology does not exist ("Requested
+    topology ... does not exist"): it waits, with the reason; defined, it is placed."""
+    doc = _snapshot()
+    raw = doc["rawObjects"]
+    if defined:
+        raw["topologies"] = [{"metadata": {"name": "dc"}, "spec": {"levels": [{"nodeLabel": "rack"}]}}]
+        raw["nodes"][0]["metadata"]["labels"]["rack"] = "r0"
+    raw["pods"][1] = _pod("wait-0", "wait", "2")
+    raw["podGroups"][1]["spec"]["topologyConstraint"] = {"topology": "dc", "requiredTopologyLevel": "rack"}
+    kai = _read(doc)
+    result = run_cycle(kai.snapshot, kai.config, kai.now)
+    placed = {d.job for d in result.decisions if isinstance(d, Bind)}
+    assert ("ml/wait" in placed) == defined
+    if not defined:
+        assert kai.config.topologies["dc"].levels == ()
+        assert any(
+            "topology 'dc' is not among the snapshot's topologies; the job waits" in w for w in kai.warnings
+        )
+        assert "topology dc is not defined in the cluster" in result.pending_reasons["ml/wait"]
 
 
 def test_a_partitioned_kai_reads_its_node_pool_only() -> None:

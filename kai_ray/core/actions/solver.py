@@ -22,13 +22,19 @@ A scenario that places the job is judged by the action's `valid` rule (reclaim: 
 fair-share rules on the victims actually stopped; consolidation: every victim moved,
 none stopped). The first valid scenario is kept, a scenario is never played twice for
 the same tasks and victims, and a search that finds none leaves no trace.
+
+Two bounds spare plays whose end is known, without changing what is decided: a search
+whose job its queue's limits refuse even with every candidate gone plays no scenario
+(KAI plays them all, and each fails at the job's turn), and a scenario whose victims leave
+the job's queue over its limit ends before the line is walked. In a line of gangs whose
+department is at its limit, that is nearly every search.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -38,7 +44,7 @@ from kai_ray.core.actions.terms import Generator, Scenario, Terms
 from kai_ray.core.actions.victimpool import fractions_may_fit, room_holds
 from kai_ray.core.actions.victims import Unit
 from kai_ray.core.model.snapshot import TaskStatus
-from kai_ray.core.rules.capacity import capacity_problem
+from kai_ray.core.rules.capacity import capacity_problem, refused_with_all_gone
 from kai_ray.core.rules.typedqueues import rank_column
 from kai_ray.core.session.candidates import ROOM_SLACK, frees_at_most, tasks_per_node
 from kai_ray.core.session.context import CycleContext
@@ -70,6 +76,10 @@ def solve(ctx: CycleContext, job: Job, tasks: list[Task], terms: Terms) -> Scena
     from the last victims recorded. Scenarios already simulated for the same tasks and
     victims are not simulated twice."""
     stmt = ctx.stmt
+    if terms.check_capacity and refused_with_all_gone(
+        ctx.state, ctx.shares, job, ctx.capacity_amount(tasks), _takeable(terms.units)
+    ):
+        return None  # every scenario would end at the job's turn, refused by its queue
     start = stmt.checkpoint()
     failed: set[tuple[int, frozenset[int], frozenset[int]]] = set()
     budget = [SIMULATIONS_PER_SEARCH]
@@ -98,6 +108,10 @@ def solve(ctx: CycleContext, job: Job, tasks: list[Task], terms: Terms) -> Scena
             return found
         stmt.rollback(start)
     return None
+
+
+def _takeable(units: Sequence[Unit]) -> Iterator[Task]:
+    return (t for u in units for t in u.tasks if t.takeable)
 
 
 def _most_solvable(n: int, probe: Callable[[int], bool]) -> int:
@@ -244,6 +258,9 @@ def _simulate(
                     evicted.setdefault(id(u.job), []).append(t)
         if steps is None:
             steps = {k: _steps(ts, terms.action) for k, ts in evicted.items()}
+        if _over_capacity(ctx, job, tasks, terms):
+            stmt.rollback(mark)
+            return None
         back = _allocate_over(ctx, job, tasks, evicted, steps, terms, before)
         if back is None:
             stmt.rollback(mark)
@@ -259,6 +276,17 @@ def _simulate(
         return scenario
     stmt.rollback(mark)
     return None
+
+
+def _over_capacity(ctx: CycleContext, job: Job, tasks: list[Task], terms: Terms) -> bool:
+    """Whether the job's queue limits refuse its tasks with every victim gone: the play
+    would end the same at the job's turn (a victim placed again before it only adds to
+    what its queue holds, and a limit refuses more as a queue holds more), so it is not
+    walked. In a line of jobs over their queue's limit, most scenarios end here."""
+    return (
+        terms.check_capacity
+        and capacity_problem(ctx.state, ctx.shares, job, ctx.capacity_amount(tasks)) is not None
+    )
 
 
 def _without(chunks: list[list[Task]], back: set[int]) -> list[list[Task]]:

@@ -4,12 +4,16 @@ checked here: preemptible jobs may use idle capacity beyond it and are reclaimab
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+import numpy as np
+
 from kai_ray.core.model.quantity import format_bytes
 from kai_ray.core.model.snapshot import RESOURCES, Reason
 from kai_ray.core.model.words import count
 from kai_ray.core.rules.fairshare import FairShares
 from kai_ray.core.state.cluster import ClusterState
-from kai_ray.core.state.jobs import Job
+from kai_ray.core.state.jobs import Job, Task
 from kai_ray.core.state.nodes import EPS, FloatArray
 
 __all__ = [
@@ -18,6 +22,7 @@ __all__ = [
     "describe_amount",
     "format_resource",
     "quota_problem",
+    "refused_with_all_gone",
 ]
 
 
@@ -59,6 +64,44 @@ def quota_problem(state: ClusterState, shares: FairShares, job: Job, amount: Flo
         if problem is not None:
             return problem
     return None
+
+
+def refused_with_all_gone(
+    state: ClusterState, shares: FairShares, job: Job, amount: FloatArray, gone: Iterable[Task]
+) -> bool:
+    """Whether capacity_problem refuses `amount` for `job` even once every task of `gone`
+    has left its queue (what an eviction gives back: ClusterState.queue_amount where it
+    runs): then no choice of victims among them lets the job in, and a victim search
+    need not play one. A bound: a margin of EPS is left for the order of the sums."""
+    if not capped(state, job):
+        return False
+    tree = state.tree
+    quota = not job.info.preemptible
+    checked = [q for q in tree.ancestors[job.queue] if quota or (tree.limit[q] >= 0).any()]
+    if not checked:
+        return False
+    freed = {q: np.zeros(3) for q in checked}
+    freed_np = {q: np.zeros(3) for q in checked}
+    for t in gone:
+        giving = [q for q in tree.ancestors[t.job.queue] if q in freed]
+        if giving:
+            amount_t = state.queue_amount(t, t.node)
+            for q in giving:
+                freed[q] += amount_t
+                if not t.job.info.preemptible:
+                    freed_np[q] += amount_t
+    usage = state.usage
+    for q in checked:
+        for r in range(3):
+            if amount[r] <= EPS:
+                continue
+            limit = tree.limit[q, r]
+            if limit >= 0 and usage.allocated[q][r] - freed[q][r] + amount[r] > limit + 2 * EPS:
+                return True
+            held = usage.allocated_nonpreemptible[q][r] - freed_np[q][r]
+            if quota and held + amount[r] > shares.deserved[q, r] + 2 * EPS:
+                return True
+    return False
 
 
 def _limit_reason(state: ClusterState, q: int, amount: FloatArray) -> Reason | None:

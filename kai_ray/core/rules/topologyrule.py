@@ -93,11 +93,19 @@ class TopologyRule:
         levels that topology lists (kubernetes.io/hostname too: KAI adds no level of its
         own), a preferred one no higher than the required one; else KAI reports a
         topology constraint error and no action places the job, not even on a preferred
-        level's fallback. A topology the cluster does not define (a backend that lists
-        none) is followed by its levels as named."""
+        level's fallback. A topology listed with no levels is one a backend that lists
+        them all found undefined (a KAI snapshot naming a Topology it does not hold): KAI
+        refuses it too. A topology not listed at all (a backend that lists none) is
+        followed by its levels as named."""
         topology = self.config.topologies.get(constraint.topology)
         if topology is None:
             return None
+        if not topology.levels:  # listed, with nothing: a name the cluster does not define
+            return (
+                f"topology {constraint.topology} is not defined in the cluster: KAI never places "
+                f"such a job; create topology {constraint.topology} with its levels, or name one "
+                "the cluster defines"
+            )
         levels = ", ".join(topology.levels)
         if not constraint.required and not constraint.preferred:
             return (
