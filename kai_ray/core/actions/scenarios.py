@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
+from kai_ray.core.actions.livecandidates import first_maybe_live
 from kai_ray.core.actions.terms import Terms
 from kai_ray.core.actions.victims import GivingTree, Unit
 from kai_ray.core.session.candidates import SharedUnits
@@ -175,7 +176,9 @@ class VictimOrder:
 
     def _head(self, q: int, line: list[int]) -> int | None:
         """The place of the first candidate of a queue's line still to be taken."""
-        at, taken = self._heads.get(q, 0), self._taken
+        at, taken = self._heads.get(q, -1), self._taken
+        if at < 0:  # this search's first look: past the candidates gone before it began
+            at = first_maybe_live(self.ctx.stmt, self.units, line) if q >= 0 else 0
         while at < len(line) and (line[at] in taken or not self._may_take(line[at])):
             at += 1
         self._heads[q] = at

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from kai_ray.core.actions.livecandidates import groups_with_takeable
 from kai_ray.core.actions.scenarios import GENERATORS, REACH
 from kai_ray.core.actions.terms import Generator, Scenario, Terms
 from kai_ray.core.actions.victimpool import fractions_may_fit, room_holds
@@ -148,8 +149,10 @@ def _solve_partial(
     rec = frozenset(id(u) for u in recorded)
     bound = _RoomBound(ctx, tasks, recorded)
     reach = REACH.get(generate)
+    # Groups whose candidates are all gone free what no victim frees: as the empty one.
     if reach is not None and not any(
-        bound.enough(extra) for extra in itertools.chain([[]], reach(terms.units))
+        bound.enough(extra)
+        for extra in itertools.chain([[]], groups_with_takeable(ctx.stmt, terms.units, reach(terms.units)))
     ):
         return None  # no scenario of this generator could make room: none is played
     for extra in generate(ctx, terms, recorded, tasks):
@@ -246,7 +249,6 @@ def _simulate(
     first time."""
     stmt = ctx.stmt
     mark = stmt.checkpoint()
-    before = stmt.state_mark  # which jobs wait: the evictions below change none of it
     kept: set[int] = set()  # victim tasks that came back where they ran
     steps: dict[int, list[list[Task]]] | None = None  # per victim job, what allocate places again
     while True:
@@ -261,7 +263,7 @@ def _simulate(
         if _over_capacity(ctx, job, tasks, terms):
             stmt.rollback(mark)
             return None
-        back = _allocate_over(ctx, job, tasks, evicted, steps, terms, before)
+        back = _allocate_over(ctx, job, tasks, evicted, steps, terms)
         if back is None:
             stmt.rollback(mark)
             return None
@@ -347,7 +349,6 @@ def _allocate_over(
     evicted: dict[int, list[Task]],
     steps: dict[int, list[list[Task]]],
     terms: Terms,
-    state: int,
 ) -> set[int] | None:
     """The next allocate played over the job and its victims' jobs: None when the job
     does not fit; else the victim tasks placed back where they ran.
@@ -356,8 +357,7 @@ def _allocate_over(
     the job, queue by queue. Only the job and its victims act; the others are passed
     over, but while one heads its queue the queue is ranked with it, so where a victim
     stands against the job is where allocate would put it (a queue whose head asks for
-    little may come first, and its victim takes its room back). `state`: the Statement's
-    state mark before the victims were evicted (which jobs wait)."""
+    little may come first, and its victim takes its room back)."""
     victim_jobs = {k: ts[0].job for k, ts in evicted.items()}
     acting = {id(job), *victim_jobs}
     mine = [job, *victim_jobs.values()]
@@ -393,7 +393,7 @@ def _allocate_over(
         if id(j) in acting:
             ctx.forget(j)
 
-    lines = ctx.walk_line().lines(ctx.stmt.touched_jobs, mine, lambda j: j.pending_count > 0, state)
+    lines = ctx.walk_line().lines(ctx.stmt, mine, lambda j: j.pending_count > 0)
     order = JobQueues(ctx.state, rank, lines, policy.job_order, forget)
     back: set[int] = set()
     left = len(acting)

@@ -108,7 +108,9 @@ class VictimPool:
         nodes = self.ctx.state.nodes
         room = nodes.idle + nodes.releasing
         taken = takes[self.task_unit]
-        np.add.at(room, self.task_node[taken], self.task_demand[taken])
+        at, demand = self.task_node[taken], self.task_demand[taken]
+        for c in range(room.shape[1]):  # per column: bincount sums far faster than add.at
+            room[:, c] += np.bincount(at, weights=demand[:, c], minlength=len(room))
         self._add_moved(room, ever)
         return room_holds(self.ctx, tasks, room)
 

@@ -134,12 +134,17 @@ class GivingTree:
                 if child not in kids:
                     kids.append(child)
         self._best: dict[int, tuple[int, Unit] | None] = {}
+        self._keys: dict[int, tuple[Any, int]] = {}
 
     def changed(self, q: int) -> None:
-        """Leaf q gave, or its next candidate changed: its ancestors pick again."""
+        """Leaf q gave, or its next candidate changed: its ancestors pick again, and
+        rank again (a child's key reads its best candidate and what that candidate's
+        leaf gave, both below it; its siblings' keys stand)."""
         self._best.pop(q, None)
+        self._keys.pop(q, None)
         for a in self.giving.ctx.state.tree.ancestors[q]:
             self._best.pop(a, None)
+            self._keys.pop(a, None)
         self._best.pop(_ROOT, None)
 
     def first(self) -> tuple[int, Unit] | None:
@@ -152,10 +157,14 @@ class GivingTree:
             best = self.head(node)
         else:
             items = [(c, item) for c in self.children.get(node, ()) if (item := self._pick(c)) is not None]
-            if len(items) > 1:
-                key = self.giving.giving_key
-                best = max(items, key=lambda ci: key(ci[0], ci[1], self.gone, self.memo))[1]
-            else:
-                best = items[0][1] if items else None
+            best = max(items, key=self._key)[1] if len(items) > 1 else (items[0][1] if items else None)
         self._best[node] = best
         return best
+
+    def _key(self, child_item: tuple[int, tuple[int, Unit]]) -> tuple[Any, int]:
+        """giving_key of a child with its best candidate, kept until the child changes."""
+        c, item = child_item
+        key = self._keys.get(c)
+        if key is None:
+            key = self._keys[c] = self.giving.giving_key(c, item, self.gone, self.memo)
+        return key
