@@ -69,6 +69,10 @@ def test_starts_column_shows_the_forecast_with_its_sentence_as_title(
     page = browser.new_page(viewport={"width": 1400, "height": 900})
     open_page(page, server.url, "workloads")
     headers = page.locator("#workloads thead th").all_inner_texts()
+    cut = page.locator("#workloads thead th").evaluate_all(
+        "ths => ths.filter(th => th.scrollWidth > th.clientWidth).map(th => th.innerText)"
+    )
+    assert cut == []  # every column's name shows whole ("Preempted" was cut to "Preempte")
     column = headers.index("Starts")
     assert headers[column - 1] == "Waiting"  # beside how long it has waited
 
