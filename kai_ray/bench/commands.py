@@ -1,4 +1,5 @@
-"""`kai-ray bench ...`: speed and memory of the core (and of the Ray backend), as JSON."""
+"""`kai-ray bench ...`: speed and memory of the core (and of the Ray backend), as JSON; `bench
+plot` draws BENCHMARKS.md's comparisons from benchmarks/summary.json."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ __all__ = ["add_commands"]
 
 
 DEEP_BACKLOG = 20_000  # pending jobs: `bench cycle --steady --deep`
+# `bench k8s --shape` (kai_ray.bench.k8sshapes.SHAPES, not imported here: it needs the
+# Kubernetes extra)
+K8S_SHAPES = ("topology-512", "reclaim-250", "unschedulable-1000", "gangs")
 
 
 def _actions(value: str) -> tuple[str, ...]:
@@ -82,7 +86,12 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     k8s = kinds.add_parser(
         "k8s", help="the Kubernetes operator's binding speed on a real kube-apiserver, beside the raw ceiling"
     )
-    k8s.add_argument("--nodes", type=int, default=500)
+    k8s.add_argument(
+        "--nodes",
+        type=int,
+        default=None,
+        help="default 500 (with --shape: the shape's own, where it has one)",
+    )
     k8s.add_argument("--clusters", type=int, default=200, help="RayClusters to schedule")
     k8s.add_argument("--pods-per-cluster", type=int, default=8)
     k8s.add_argument("--gang", type=int, default=64, help="pods of the gang timed once it fits")
@@ -94,6 +103,29 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     )
     k8s.add_argument("--world-pods", type=int, default=100_000, help="with --world-nodes: pods in the world")
     k8s.add_argument("--steps", type=int, default=20, help="with --world-nodes: steady steps measured")
+    k8s.add_argument(
+        "--shape",
+        choices=K8S_SHAPES,
+        default=None,
+        help="instead: one shape of KAI-Scheduler's own scale tests, end to end (docs/kubernetes.md)",
+    )
+    k8s.add_argument(
+        "--pods",
+        type=int,
+        default=None,
+        help="with --shape: its size (topology-512: the job's pods; reclaim-250: the gang's; "
+        "unschedulable-1000: the jobs)",
+    )
+    k8s.add_argument("--gangs", default=None, help="with --shape gangs: the gang sizes (default 8,64,256)")
+    k8s.add_argument("--gpus-per-node", type=int, default=8, help="with --shape: GPUs of each node")
+    k8s.add_argument(
+        "--kai-bin",
+        metavar="DIR",
+        default=None,
+        help="with --shape: also run KAI-Scheduler's scheduler, binder and podgrouper found in DIR "
+        "(its CRDs in DIR/crds) on the same shape, and print both figures and their ratio; kai-ray "
+        "never builds KAI",
+    )
     k8s.add_argument("--json", action="store_true")
     k8s.set_defaults(func=_run_k8s)
 
@@ -121,6 +153,25 @@ def add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     dash.add_argument("--json", action="store_true")
     dash.set_defaults(func=_run_dashboard)
 
+    plot = kinds.add_parser(
+        "plot", help="draw BENCHMARKS.md's comparisons as SVGs, one per comparison, from a summary file"
+    )
+    plot.add_argument("--out", required=True, help="folder to write bench-COMPARISON.svg into")
+    plot.add_argument(
+        "--summary", default=None, help="the figures (default: benchmarks/summary.json of this checkout)"
+    )
+    plot.set_defaults(func=_run_plot)
+
+
+def _run_plot(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from kai_ray.bench.plots import SUMMARY, write_plots
+
+    for path in write_plots(Path(args.summary) if args.summary else SUMMARY, Path(args.out)):
+        print(path)
+    return 0
+
 
 def _run_forecast(args: argparse.Namespace) -> int:
     from kai_ray.bench.forecast import bench_forecast
@@ -130,6 +181,13 @@ def _run_forecast(args: argparse.Namespace) -> int:
 
 
 def _run_k8s(args: argparse.Namespace) -> int:
+    if args.shape:
+        return _run_k8s_shape(args)
+    if args.kai_bin:
+        raise SystemExit(
+            "kai-ray bench k8s: --kai-bin runs with --shape NAME (one of " + ", ".join(K8S_SHAPES) + ")"
+        )
+    args.nodes = 500 if args.nodes is None else args.nodes
     if args.world_nodes:
         from kai_ray.bench.k8sworld import run_world_bench
 
@@ -137,6 +195,30 @@ def _run_k8s(args: argparse.Namespace) -> int:
     from kai_ray.bench.k8s import run_k8s_bench
 
     result = run_k8s_bench(args.nodes, args.clusters, args.pods_per_cluster, args.gang)
+    return _print(result, args.json)
+
+
+def _run_k8s_shape(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from kai_ray.bench.k8sschedulers import KaiBinError
+    from kai_ray.bench.k8sshapes import run_shape
+
+    try:
+        gangs = tuple(int(n) for n in args.gangs.split(",") if n) if args.gangs else None
+    except ValueError:
+        raise SystemExit(f"kai-ray bench k8s: --gangs {args.gangs!r}: give sizes such as 8,64,256") from None
+    try:
+        result = run_shape(
+            args.shape,
+            pods=args.pods,
+            nodes=args.nodes,
+            gpus_per_node=args.gpus_per_node,
+            gangs=gangs,
+            kai_bin=Path(args.kai_bin) if args.kai_bin else None,
+        )
+    except (KaiBinError, ValueError) as e:
+        raise SystemExit(f"kai-ray bench k8s: {e}") from None
     return _print(result, args.json)
 
 

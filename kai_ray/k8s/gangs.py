@@ -65,6 +65,7 @@ TOPOLOGY_REQUIRED = "kai.scheduler/topology-required-placement"
 TOPOLOGY_PREFERRED = "kai.scheduler/topology-preferred-placement"
 EXPECTED_RUNTIME = "kai-ray.io/expected-runtime"  # how long it is expected to run (a duration)
 MAX_RUNTIME = "kai-ray.io/max-runtime"  # the most it may run: then it is stopped for good
+BATCH_MIN_MEMBER = "kai.scheduler/batch-min-member"  # a batch Job's gang size, as KAI's podgrouper reads it
 # Kinds a max runtime can stop for good (KubeRay makes a RayService's pods again, and a
 # RayJob is stopped by suspending it, which needs spec.shutdownAfterJobFinishes).
 STOPPABLE_KINDS = ("RayJob", "RayCluster", "Job", "Pod")
@@ -272,6 +273,22 @@ def _gang_size(group: _Group, submitter: bool, live: int) -> tuple[int, dict[str
     return sum(subgroups.values()), subgroups
 
 
+def _batch_min_member(top: Known, what: str) -> tuple[int | None, str]:
+    """A batch Job's annotation BATCH_MIN_MEMBER, as KAI's podgrouper reads it: the gang is
+    that many pods, which wait until all of them exist (without it: its parallelism, or
+    the pods there are). (None, problem) for a value that is not a positive integer."""
+    value = section(top.obj, "annotations").get(BATCH_MIN_MEMBER) if top.kind == "Job" else None
+    if value is None:
+        return None, ""
+    count = as_count(value)
+    if str(value).strip().isdigit() and count >= 1:
+        return count, ""
+    return None, (
+        f"{what}: annotation {BATCH_MIN_MEMBER} on {describe(top)} is {value!r}: "
+        "use a whole number of pods, 1 or more, or remove the annotation"
+    )
+
+
 def _known_spec(obj: Obj | None) -> Obj | None:
     return spec_of(obj) if obj is not None else None
 
@@ -434,6 +451,9 @@ def _gang(group: _Group, ctx: GangContext) -> Gang:
         problems.append(f"{what}: {request_problem}")
     created = epoch(top.obj) if top.obj is not None else min(epoch(p) for p in pods)
     min_member, subgroup_min = _gang_size(group, counted, len(pods))
+    override, override_problem = _batch_min_member(top, what)
+    min_member = override or min_member
+    problems.append(override_problem)
     gpu_types, mixed = gang_gpu_types(pods, ctx.gpu_type_label)
     return Gang(
         id=lineage.gang_id,

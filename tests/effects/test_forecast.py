@@ -2,7 +2,7 @@
 runtime, and when waiting work starts"; docs/simulator.md, `forecast_accuracy`): told
 each job's run time exactly, the forecast taken when a job is submitted is close to when
 it starts: for the jobs that waited over 10 minutes, the median of |forecast - start| /
-wait is at most 0.25 (the target BENCHMARKS.md measures on the Philly trace). Told run
+wait is at most 0.25 (the target docs/benchmarks-history.md measures on the Philly trace). Told run
 times off by up to 2x (`noisy`), it does worse.
 
 The world: `kai-ray sim-trace`'s mix (big gangs of 32 to 64 GPUs among small jobs) on 12
@@ -32,7 +32,7 @@ from .world import ALONE, EVERY, World, big_gang_world, others_id, simulate
 SEED, DAYS, NODES = 1, 1.5, 12
 DENSER = 1.3  # arrivals this much closer together than the generated trace's
 TEAM = "team-a"
-CLOSE = 0.25  # BENCHMARKS.md: the median relative error's target with exact run times
+CLOSE = 0.25  # docs/benchmarks-history.md: the median relative error's target with exact run times
 
 
 @pytest.mark.parametrize("others", [ALONE, EVERY], ids=others_id)

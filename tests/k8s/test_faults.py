@@ -3,7 +3,7 @@
 kube-apiserver killed and started again, etcd killed and started again, a watch resumed
 from a version compacted away (410 Gone) while pods change. After each: no partial gang,
 no node holding more GPUs than it has, and every gang that fits bound whole within
-RECOVERY_S of the fault's end. Each prints its recovery time (BENCHMARKS.md)."""
+RECOVERY_S of the fault's end. Each prints its recovery time (docs/benchmarks-history.md)."""
 
 from __future__ import annotations
 

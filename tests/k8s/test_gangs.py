@@ -14,6 +14,7 @@ from kai_ray.k8s.gangs import Gang, build_gangs, pod_finished, pod_request, sche
 
 MI, GI = 2**20, 2**30
 T0 = datetime(2026, 11, 23, 8, 0, tzinfo=UTC)
+BATCH_MIN = "kai.scheduler/batch-min-member"
 API = {"RayCluster": "ray.io/v1", "RayJob": "ray.io/v1", "RayService": "ray.io/v1", "Job": "batch/v1"}
 
 
@@ -308,7 +309,19 @@ MIN_MEMBER = [
         )
         for n, count, m in ((3, 2, 2), (2, 4, 2), (0, 2, 1))
     ],
+    (
+        "Job with KAI's batch-min-member: that many, present or not",
+        [in_job("a"), in_job("b")],
+        [job("t").spec(parallelism=4).annotations({BATCH_MIN: "4"})],
+        4,
+    ),
     ("plain pod", [pod("p")], [], 1),
+    (
+        "batch-min-member on a plain pod: not read (KAI reads it on a Job)",
+        [pod("p").annotations({BATCH_MIN: "3"})],
+        [],
+        1,
+    ),
 ]
 
 
@@ -572,6 +585,12 @@ PROBLEMS = [
         [rc_pod("h").head(), rc_pod("w").annotations({"gpu-fraction": "1.5"})],
         [raycluster()],
         "RayCluster ml/rc: pod ml/w: annotation gpu-fraction is '1.5': it must be a number between 0 and 1",
+    ),
+    (
+        "bad batch-min-member",
+        [in_job("a")],
+        [job("t").annotations({BATCH_MIN: "all"})],
+        "Job ml/t: annotation kai.scheduler/batch-min-member on Job ml/t is 'all': use a whole number",
     ),
     (
         "bad submitter template",

@@ -229,3 +229,55 @@ def test_a_plain_pod_without_a_queue_label_runs_in_the_default_queue(k8s: K8sEnv
             == 1
         ),
     )
+
+
+def test_a_batch_job_with_kais_min_member_waits_until_all_its_pods_exist(k8s: K8sEnv) -> None:
+    """KAI's `kai.scheduler/batch-min-member` on a Job: its pods are one gang of that many,
+    which waits while fewer exist (as KAI's podgrouper makes its PodGroup's minMember)."""
+    k8s.node("n0", gpus=8)
+    k8s.queue("team", gpu=8)
+    k8s.start_operator()
+    template = {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}}
+    job = k8s.create(
+        f"/apis/batch/v1/namespaces/{NS}/jobs",
+        {
+            "metadata": {
+                "name": "dist",
+                "labels": {"kai.scheduler/queue": "team"},
+                "annotations": {"kai.scheduler/batch-min-member": "3"},
+            },
+            "spec": {"parallelism": 3, "completions": 3, "template": template},
+        },
+    )
+    owner = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "name": "dist",
+        "uid": job["metadata"]["uid"],
+        "controller": True,
+    }
+
+    def pod(i: int) -> dict[str, object]:
+        limits = {"limits": {"nvidia.com/gpu": "1"}}
+        return {
+            "metadata": {
+                "name": f"dist-{i}",
+                "ownerReferences": [owner],
+                "labels": {"batch.kubernetes.io/job-name": "dist"},
+            },
+            "spec": {
+                "schedulerName": "kai-ray",
+                "containers": [{"name": "c", "image": "x", "resources": limits}],
+            },
+        }
+
+    for i in range(2):
+        k8s.create(f"/api/v1/namespaces/{NS}/pods", pod(i))
+    told = k8s.wait_for(
+        "the two pods told the gang is short",
+        lambda: all(condition(p) for p in k8s.pods()) and [condition(p) for p in k8s.pods()],
+    )
+    assert bound(k8s.pods()) == []
+    assert {c["reason"] for c in told if c} == {"GangIncomplete"}, told
+    k8s.create(f"/api/v1/namespaces/{NS}/pods", pod(2))
+    k8s.wait_for("the whole gang bound", lambda: len(bound(k8s.pods())) == 3)
