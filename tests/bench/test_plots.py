@@ -89,19 +89,23 @@ def _broken(tmp_path: Path, change: Any) -> tuple[Path, dict[str, Any]]:
 
 
 def _drop(key: str) -> Any:
-    return lambda data: data["comparisons"][2]["figures"][1].pop(key)
+    return lambda data: _ray_alone(data)["figures"][1].pop(key)
+
+
+def _ray_alone(data: dict[str, Any]) -> dict[str, Any]:
+    return next(c for c in data["comparisons"] if c["id"] == "ray-alone")
 
 
 def _set_value(key: str, value: object) -> Any:
     def change(data: dict[str, Any]) -> None:
-        data["comparisons"][2]["figures"][1]["values"][0][key] = value
+        _ray_alone(data)["figures"][1]["values"][0][key] = value
 
     return change
 
 
 def _drop_numbers(data: dict[str, Any]) -> None:
     for key in ("low", "high"):
-        data["comparisons"][2]["figures"][1]["values"][0].pop(key)
+        _ray_alone(data)["figures"][1]["values"][0].pop(key)
 
 
 @pytest.mark.parametrize(
@@ -122,7 +126,7 @@ def test_an_entry_at_fault_is_named_with_its_field(
     status = main(["bench", "plot", "--out", str(tmp_path / "out"), "--summary", str(path)])
     err = capsys.readouterr().err
     assert status == 2, err
-    figure = data["comparisons"][2]["figures"][1]
+    figure = _ray_alone(data)["figures"][1]
     assert "comparison 'ray-alone'" in err, err
     assert f"figure {figure['label']!r}" in err, err
     assert field in err, err
