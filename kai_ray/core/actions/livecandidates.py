@@ -104,21 +104,21 @@ class _Tracker:
     def live_groups(self, groups: list[list[Unit]]) -> Iterator[list[Unit]]:
         got = self.groups.get(id(groups))
         if got is None or got.groups is not groups:
-            got = self.groups[id(groups)] = _Groups(self.units, groups)
+            got = self.groups[id(groups)] = _Groups(self.units, groups, self.place_of)
         return got.live()
 
 
 class _Groups:
-    def __init__(self, units: Sequence[Unit], groups: list[list[Unit]]) -> None:
+    def __init__(self, units: Sequence[Unit], groups: list[list[Unit]], place_of: dict[int, int]) -> None:
+        """`place_of`: each task's unit's place in `units` (by the task's id)."""
         self.units, self.groups = units, groups
-        place = {id(u): k for k, u in enumerate(units)}
         self.of_place: dict[int, list[int]] = {}
         self.counts = [0] * len(groups)
         self.counted: dict[int, bool] = {}
         self.first = 0  # every group before it has no takeable task
         for i, group in enumerate(groups):
             for u in group:
-                self.of_place.setdefault(place[id(u)], []).append(i)
+                self.of_place.setdefault(place_of[id(u.tasks[0])], []).append(i)
                 for t in u.tasks:
                     if t.takeable:
                         self.counts[i] += 1

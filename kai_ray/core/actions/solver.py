@@ -442,10 +442,7 @@ def _place(ctx: CycleContext, job: Job, tasks: list[Task], terms: Terms) -> bool
     """The job's tasks, its queue's limits checked first. Tasks whose affinities differ
     are tried again with the most constrained first when task order fails: a task that
     may use any node should not take the one node another task may use."""
-    if (
-        terms.check_capacity
-        and capacity_problem(ctx.state, ctx.shares, job, ctx.capacity_amount(tasks)) is not None
-    ):
+    if _over_capacity(ctx, job, tasks, terms):
         return False
     placer = ctx.placer
     if placer.place_gang(ctx.stmt, job, tasks, terms.action):

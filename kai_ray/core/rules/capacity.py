@@ -90,26 +90,23 @@ def refused_with_all_gone(
                 freed[q] += amount_t
                 if not t.job.info.preemptible:
                     freed_np[q] += amount_t
-    usage = state.usage
-    for q in checked:
-        for r in range(3):
-            if amount[r] <= EPS:
-                continue
-            limit = tree.limit[q, r]
-            if limit >= 0 and usage.allocated[q][r] - freed[q][r] + amount[r] > limit + 2 * EPS:
-                return True
-            held = usage.allocated_nonpreemptible[q][r] - freed_np[q][r]
-            if quota and held + amount[r] > shares.deserved[q, r] + 2 * EPS:
-                return True
-    return False
+    return any(
+        _limit_reason(state, q, amount, freed[q], 2 * EPS)
+        or _quota_reason(state, shares, job, q, amount, freed_np[q], 2 * EPS)
+        for q in checked
+    )
 
 
-def _limit_reason(state: ClusterState, q: int, amount: FloatArray) -> Reason | None:
+def _limit_reason(
+    state: ClusterState, q: int, amount: FloatArray, gone: FloatArray | None = None, margin: float = EPS
+) -> Reason | None:
+    """Queue q's limit against `amount` more; `gone`: what it holds that counts as gone
+    (refused_with_all_gone), with its `margin` for the order of the sums."""
     tree = state.tree
     for r in range(3):
         limit = tree.limit[q, r]
-        held = state.usage.allocated[q][r]
-        if limit >= 0 and amount[r] > EPS and held + amount[r] > limit + EPS:
+        held = state.usage.allocated[q][r] - (0.0 if gone is None else gone[r])
+        if limit >= 0 and amount[r] > EPS and held + amount[r] > limit + margin:
             return Reason(
                 "queue-limit",
                 f"queue {tree.names[q]} is at its limit of {format_resource(r, limit)} "
@@ -120,14 +117,20 @@ def _limit_reason(state: ClusterState, q: int, amount: FloatArray) -> Reason | N
 
 
 def _quota_reason(
-    state: ClusterState, shares: FairShares, job: Job, q: int, amount: FloatArray
+    state: ClusterState,
+    shares: FairShares,
+    job: Job,
+    q: int,
+    amount: FloatArray,
+    gone: FloatArray | None = None,
+    margin: float = EPS,
 ) -> Reason | None:
     if job.info.preemptible:
         return None
     for r in range(3):
         deserved = shares.deserved[q, r]
-        held = state.usage.allocated_nonpreemptible[q][r]
-        if amount[r] > EPS and held + amount[r] > deserved + EPS:
+        held = state.usage.allocated_nonpreemptible[q][r] - (0.0 if gone is None else gone[r])
+        if amount[r] > EPS and held + amount[r] > deserved + margin:
             return Reason(
                 "queue-quota",
                 f"non-preemptible job: queue {state.tree.names[q]} would go over its deserved "
