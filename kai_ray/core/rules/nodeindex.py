@@ -33,11 +33,15 @@ class GpuBuckets:
         indexed = nodes.schedulable if members is None else nodes.schedulable & members
         self.indexed: list[bool] = indexed.tolist()
         heaps: list[list[int]] = [[] for _ in range(self.size)]
+        # The whole idle GPUs of the indexed nodes together: a gang asking for more cannot
+        # have them now, whatever the nodes (Placer.short_of_room).
+        self.whole = 0
         for node in np.flatnonzero(indexed).tolist():
             level = self._level_of(node)
             self.level[node] = level
             if level >= 0:
                 heaps[level].append(node)  # ascending already: a valid heap
+                self.whole += level
         self.heaps = heaps
 
     def _level_of(self, node: int) -> int:
@@ -48,9 +52,10 @@ class GpuBuckets:
         """Call after the node's idle GPUs changed."""
         if not self.indexed[node]:
             return
-        new = self._level_of(node)
-        if new != self.level[node]:
+        new, old = self._level_of(node), self.level[node]
+        if new != old:
             self.level[node] = new
+            self.whole += max(new, 0) - max(old, 0)
             if new >= 0:
                 heapq.heappush(self.heaps[new], node)
 

@@ -300,6 +300,8 @@ class Placer(TopologyRule, TypeChoices):
         spreading = bool(tasks) and bool(tasks[0].job.info.spread)
         buckets = self._indexed(mask)
         if not spreading and self.all_room is None and buckets is not None and self._can_fill_blocks(tasks):
+            if self._short_of_room(tasks, mask, buckets, allow_pipeline):
+                return False
             tasks = self._fill_blocks(stmt, tasks, action, buckets)
         # A spreading gang counts its tasks per node as it goes, rather than per task.
         counts = self.own_counts(tasks[0].job) if spreading else None
@@ -376,6 +378,20 @@ class Placer(TopologyRule, TypeChoices):
             and first.demand[0] >= 1
             and (first.job.uniform or all(t.demand is first.demand for t in tasks))
         )
+
+    def _short_of_room(
+        self, tasks: Sequence[Task], mask: BoolArray, buckets: GpuBuckets, allow_pipeline: bool
+    ) -> bool:
+        """The gang asks for more whole GPUs than the index's nodes have idle, and none of
+        them is releasing any it could wait for: it fails whatever the order, so no task
+        is placed to be taken back (a GPU type run dry, gang after gang)."""
+        gpus = float(tasks[0].demand[0])
+        if gpus != int(gpus) or buckets.whole >= len(tasks) * gpus:
+            return False
+        if not allow_pipeline:
+            return True
+        releasing = self.state.nodes.releasing[:, 0]
+        return not (releasing.any() and bool((releasing[mask] > EPS).any()))
 
     def _fill_blocks(
         self, stmt: Statement, tasks: Sequence[Task], action: str, buckets: GpuBuckets

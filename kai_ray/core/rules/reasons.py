@@ -272,13 +272,14 @@ def _room_reason(placer: Placer, task: Task, mask: np.ndarray, gang: str) -> str
     nodes = placer.state.nodes
     gpu = task.fraction_request or task.demand[0] > 0
     col, unit = (0, "GPU") if gpu else (1, "CPU")
-    among = _among(placer, task.job, mask)
-    free = float((nodes.idle[among, col] + nodes.releasing[among, col]).sum())
-    largest = float(nodes.idle[among, col].max())
+    rows = _rows(placer, mask)
+    idle = nodes.idle[rows, col]  # column by column: taking whole rows by number is slow
+    free = float((idle + nodes.releasing[rows, col]).sum())
+    largest = float(idle.max()) if len(idle) else 0.0
     totals = f"free: {count(free, 'whole ' + unit if gpu else unit)}, largest free node has {number(largest)}"
-    fitting = int(np.count_nonzero(placer.fits(task, mask, future=True)))
+    fitting = _fitting(placer, task, mask, rows)
     if fitting == 0:
-        outside = float(nodes.outside[among, col].sum())
+        outside = float(nodes.outside[rows, col].sum())
         held = f"; work outside the scheduler holds {count(outside, unit)}" if outside > EPS else ""
         return f"{gang}: no node has room now for even one task ({totals}{held})"
     return (
@@ -287,13 +288,25 @@ def _room_reason(placer: Placer, task: Task, mask: np.ndarray, gang: str) -> str
     )
 
 
-def _among(placer: Placer, job: Job, mask: np.ndarray) -> np.ndarray | slice:
-    """The job's base mask as an index: every node when it holds them all (indexing by
-    a mask of ten thousand nodes costs more than the sum it selects for)."""
-    held = placer.gpu_types.held_by(job) if placer.gpu_types.several else None
-    key = ("selects every node", job.selector, job.affinity, job.info.gpu_types, held)
-    every = placer.node_fact(key, lambda: bool(mask.all()))
-    return slice(None) if every else mask
+def _rows(placer: Placer, mask: np.ndarray) -> np.ndarray | slice:
+    """The mask's nodes as row numbers (every row: a slice), kept per mask: a job is
+    explained again each time the state moves, and taking rows by number costs a
+    quarter of taking them by a mask of ten thousand nodes."""
+    return placer.node_fact(
+        ("rows of", mask.tobytes()), lambda: slice(None) if mask.all() else np.flatnonzero(mask)
+    )
+
+
+def _fitting(placer: Placer, task: Task, mask: np.ndarray, rows: np.ndarray | slice) -> int:
+    """How many of the mask's nodes (`rows`) have room for one task, now or once released:
+    column by column, each narrowing the rows the next one reads (GPUs first: few pass)."""
+    if task.fraction_request:
+        return int(np.count_nonzero(placer.fits(task, mask, future=True)))
+    nodes = placer.state.nodes
+    left = np.arange(len(nodes))[rows]
+    for c in np.flatnonzero(task.demand):
+        left = left[nodes.idle[left, c] + nodes.releasing[left, c] >= task.demand[c] - EPS]
+    return len(left)
 
 
 def _topology_reason(placer: Placer, tasks: Sequence[Task], mask: np.ndarray, level: str, gang: str) -> str:
