@@ -80,3 +80,33 @@ def test_the_index_keeps_the_idle_total_through_places_and_rollbacks(seed: int) 
     for mark in reversed(marks[::2]):
         ctx.stmt.rollback(mark)
         assert buckets.whole == _whole_idle(ctx, buckets)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_nodes_own_check_says_what_the_all_node_check_says_of_it(seed: int) -> None:
+    """Placer.fits_at (one node's row, for the solver's pipelined plays) answers as fits
+    over a mask of that node alone, fractions of a device included."""
+    rng = random.Random(seed)
+    b = ClusterBuilder()
+    for i in range(5):
+        memory = rng.choice((40, 80)) * 2**30
+        b.node(f"n{i}", gpus=rng.choice((1, 2, 4)), cpu=rng.choice((2, 8)), gpu_memory=memory)
+    for i in range(8):
+        if rng.random() < 0.4:
+            b.job(f"f{i}", "default", gpu=rng.choice((0.25, 0.5)), cpu=1).running(f"n{rng.randrange(5)}")
+        else:
+            b.job(f"w{i}", "default", gpu=1, cpu=rng.choice((1, 3))).running(f"n{rng.randrange(5)}")
+    b.job("half", "default", gpu=0.5, cpu=2).pending()
+    b.job("slice", "default", gpu_memory=30 * 2**30, cpu=1).pending()
+    b.job("whole", "default", gpu=2, cpu=4).pending()
+    ctx = _context(b.build())
+    nodes, said = ctx.state.nodes, set()
+    for job in (j for j in ctx.state.jobs if j.name in ("half", "slice", "whole")):
+        task = job.tasks[0]
+        for node in range(len(nodes)):
+            alone = np.zeros(len(nodes), dtype=bool)
+            alone[node] = True
+            answer = ctx.placer.fits_at(task, node)
+            assert answer == bool(ctx.placer.fits(task, alone, future=False)[node])
+            said.add(answer)
+    assert said == {True, False}  # some nodes full, some with room

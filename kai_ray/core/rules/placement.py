@@ -245,9 +245,20 @@ class Placer(TopologyRule, TypeChoices):
         for col in np.flatnonzero(task.demand):
             soon &= idle_before[:, col] >= task.demand[col] - EPS
         node = self.best_node(task, soon if soon.any() else later)
-        here = np.zeros_like(mask)
-        here[node] = True
-        return self._on_node(task, node, cpu_now=bool(self.fits(task, here, future=False)[node]))
+        return self._on_node(task, node, cpu_now=self.fits_at(task, node))
+
+    def fits_at(self, task: Task, node: int) -> bool:
+        """`fits` for one node, now: its row alone read."""
+        nodes = self.state.nodes
+        idle, demand = nodes.idle, task.demand
+        for col, need in self._needs(demand):
+            if idle.item(node, col) < need - EPS:
+                return False
+        if not task.fraction_request:
+            return True
+        need_here = task.fraction_on(nodes, node)
+        fresh = idle.item(node, 0) >= 1 - EPS and need_here <= 1 + EPS
+        return nodes.frac_future.item(node) >= need_here - EPS or fresh
 
     def _pipelined(self, task: Task, mask: BoolArray) -> Spot | None:
         later = self.fits(task, mask, future=True)
