@@ -215,6 +215,13 @@ class VictimOrder:
             self._tree = GivingTree(giving, lines, head, self._victims)
         return self._tree.first()
 
+    def done(self) -> None:
+        """The search is over: the giving tree let go. It calls back into this order, and
+        the loop of references would otherwise keep each search's order, terms and
+        closures alive until the garbage collector's next full pass (a thousand
+        searches a cycle in a deep backlog)."""
+        self._tree = None
+
     def _victims(self, u: Unit) -> list[float]:
         """What the unit's queue counts as gone when it is ranked with the unit next
         (kept while its queue gives nothing more: only that moves it)."""
@@ -290,14 +297,17 @@ def _accumulations(
     """The accumulations that pass KAI's first check (IdleGpus): the recorded victims
     alone (None), then the accumulated units after each new one."""
     order = VictimOrder(ctx, terms, recorded)
-    idle = IdleGpus(ctx, tasks)
-    idle.add(recorded)
-    if idle.valid():
-        yield order, None
-    while (unit := order.grow()) is not None:
-        idle.add([unit])
+    try:
+        idle = IdleGpus(ctx, tasks)
+        idle.add(recorded)
         if idle.valid():
-            yield order, unit
+            yield order, None
+        while (unit := order.grow()) is not None:
+            idle.add([unit])
+            if idle.valid():
+                yield order, unit
+    finally:
+        order.done()
 
 
 def node_local(

@@ -68,11 +68,19 @@ class VictimPool:
         self.units = candidates.units
         self.task_node, self.task_unit, self.task_demand, self.unit_queue = candidates.arrays()
         self.members = candidates.places(members)
-        self.live = np.zeros(len(self.units), dtype=bool)
-        self.live[self.members] = candidates.live(ctx.stmt)[self.members]
+        self._member_list = members
+        self._live: np.ndarray | None = None
         self._queues: list[int] | None = None  # the members' queues
         self._takes: tuple[object, int, np.ndarray] | None = None  # the last _taken_by: (ever, mark, mask)
         self._members: set[int] | None = None  # the members' places, as a set (_add_moved)
+
+    @property
+    def live(self) -> np.ndarray:
+        """Per candidate, whether it is a member still live (made when first asked)."""
+        if self._live is None:
+            self._live = np.zeros(len(self.units), dtype=bool)
+            self._live[self.members] = self.candidates.live(self.ctx.stmt)[self.members]
+        return self._live
 
     def _taken_by(self, ever: Callable[[int], bool] | None) -> np.ndarray:
         """The live members whose queue `ever` accepts (`self.live` itself when all).
@@ -104,13 +112,13 @@ class VictimPool:
         bounded here (True)."""
         if any(t.fraction_request for t in tasks):
             return True
-        takes = self._taken_by(ever)
         nodes = self.ctx.state.nodes
         room = nodes.idle + nodes.releasing
-        taken = takes[self.task_unit]
-        at, demand = self.task_node[taken], self.task_demand[taken]
-        for c in range(room.shape[1]):  # per column: bincount sums far faster than add.at
-            room[:, c] += np.bincount(at, weights=demand[:, c], minlength=len(room))
+        if ever is None and isinstance(self._member_list, SharedUnits):
+            room += self._kept_frees()  # every member the search may take: kept in step
+        else:
+            taken = self._taken_by(ever)[self.task_unit]
+            room += _frees_by_node(self.task_node[taken], self.task_demand[taken], len(room))
         self._add_moved(room, ever)
         return room_holds(self.ctx, tasks, room)
 
@@ -132,10 +140,63 @@ class VictimPool:
             if u in members and (ever is None or ever(int(self.unit_queue[u]))):
                 room[t.node] += t.demand
 
+    def _kept_frees(self) -> FloatArray:
+        """What the live members free per node, kept with the shared list of members for
+        the action (a search per waiting gang, each over the same candidates)."""
+        members = self._member_list
+        assert isinstance(members, SharedUnits)
+        kept = members.derived.get("live frees")
+        if (
+            not isinstance(kept, LiveFrees)
+            or kept.candidates is not self.candidates
+            or kept.stmt is not self.ctx.stmt
+        ):
+            kept = members.derived["live frees"] = LiveFrees(self.candidates, self.members, self.ctx)
+        return kept.now()
+
     def _member_set(self) -> set[int]:
         if self._members is None:
             self._members = set(self.members.tolist())
         return self._members
+
+
+def _frees_by_node(at: np.ndarray, demand: FloatArray, nodes: int) -> FloatArray:
+    """Per node, the demands of the tasks at `at` summed (column by column: bincount
+    sums far faster than add.at)."""
+    sums = np.zeros((nodes, demand.shape[1]))
+    for c in range(demand.shape[1]):
+        sums[:, c] = np.bincount(at, weights=demand[:, c], minlength=nodes)
+    return sums
+
+
+class LiveFrees:
+    """Per node, what the live members of one list free at most (their tasks' rows
+    summed), kept in step with the statement: summed once, then each member whose
+    liveness changed since is added or taken off. A deep backlog runs a search per
+    waiting gang over the same candidates, and each one's bound (VictimPool.may_fit)
+    would otherwise sum every candidate's tasks again."""
+
+    def __init__(self, candidates: Candidates, places: np.ndarray, ctx: CycleContext) -> None:
+        self.candidates, self.stmt = candidates, ctx.stmt
+        self.members = np.zeros(len(candidates.units), dtype=bool)
+        self.members[places] = True
+        self.counted = candidates.live(self.stmt) & self.members
+        at, unit, demand, _ = candidates.arrays()
+        taken = self.counted[unit]
+        self.sums = _frees_by_node(at[taken], demand[taken], len(ctx.state.nodes))
+
+    def now(self) -> FloatArray:
+        """The sums as the statement stands. Read-only."""
+        live = self.candidates.live(self.stmt) & self.members
+        changed = np.flatnonzero(live != self.counted).tolist()
+        if changed:
+            at, _, demand, _ = self.candidates.arrays()
+            for u in changed:
+                sign = 1.0 if live[u] else -1.0
+                for i in self.candidates.task_rows(u):
+                    self.sums[at[i]] += sign * demand[i]
+            self.counted = live
+        return self.sums
 
 
 def room_holds(ctx: CycleContext, tasks: Sequence[Task], room: FloatArray) -> bool:

@@ -107,6 +107,11 @@ class Candidates:
         # they were made at (live).
         self._flags: tuple[Statement, int, np.ndarray] | None = None
 
+    def task_rows(self, unit: int) -> range:
+        """The rows of the unit's tasks in the arrays."""
+        end = int(self._starts[unit + 1]) if unit + 1 < len(self._starts) else len(self._tasks)
+        return range(int(self._starts[unit]), end)
+
     def task_index(self) -> dict[int, int]:
         """Each task's row in the arrays, by the task's id (made when first asked)."""
         if self._task_index is None:
@@ -163,10 +168,21 @@ class Candidates:
         it there, VictimPool._add_moved). Each task's flag is made once, then only those
         the statement changed since are made again."""
         seen = len(stmt.changed_tasks)
-        if self._live is not None and self._live[0] is stmt and self._live[1] == seen:
-            return self._live[2]
+        kept = self._live
+        if kept is not None and kept[0] is stmt and kept[1] == seen:
+            return kept[2]
         flags = self._task_flags(stmt)
-        live = np.logical_and.reduceat(flags, self._starts) if self.units else flags.copy()
+        if kept is not None and kept[0] is stmt and kept[1] < seen:
+            live = kept[2].copy()  # a fresh array: a caller may hold the last one
+            unit_of, index = self.arrays()[1], self.task_index()
+            for t in stmt.changed_tasks[kept[1] : seen]:  # the units of the tasks changed
+                i = index.get(id(t))
+                if i is not None:
+                    u = int(unit_of[i])
+                    rows = self.task_rows(u)
+                    live[u] = bool(flags[rows.start : rows.stop].all())
+        else:
+            live = np.logical_and.reduceat(flags, self._starts) if self.units else flags.copy()
         live.setflags(write=False)
         self._live = (stmt, seen, live)
         return live
