@@ -19,12 +19,12 @@ from kai_ray.core.session.context import CycleContext
 from .builders import ClusterBuilder
 
 
-def _cycle(seed: int) -> tuple[CycleContext, Candidates, SharedUnits]:
+def _cycle(seed: int, jobs: int = 10) -> tuple[CycleContext, Candidates, SharedUnits]:
     rng = random.Random(seed)
     b = ClusterBuilder().queue("q", gpu_quota=0)
     for i in range(4):
-        b.node(f"n{i}", gpus=8)
-    for i in range(10):
+        b.node(f"n{i}", gpus=8 * max(1, jobs // 10))
+    for i in range(jobs):
         b.job(f"r{i}", "q", gpu=1, min_member=rng.choice((0, 1)))
         for _ in range(rng.choice((1, 2, 3))):
             b.running(f"n{rng.randrange(4)}")
@@ -66,6 +66,24 @@ def test_kept_figures_equal_fresh_ones_through_evictions_and_rollbacks(seed: int
             ctx.stmt.evict(rng.choice(running), "reclaim", "test")
         assert (candidates.live(ctx.stmt) == _fresh_live(ctx, candidates)).all()
         assert np.allclose(kept.now(), _fresh_frees(ctx, candidates, members))
+
+
+def test_many_changed_at_once_are_counted_anew_alike() -> None:
+    """Past a few dozen changes at once (a scenario of many victims), liveness and the
+    sums are worked out anew in one pass: the same figures."""
+    ctx, candidates, members = _cycle(1, jobs=60)
+    kept = LiveFrees(candidates, candidates.places(members), ctx)
+    candidates.live(ctx.stmt)
+    mark = ctx.stmt.checkpoint()
+    running = [t for u in candidates.units for t in u.tasks if t.takeable]
+    assert len(running) > 100  # more than either threshold
+    for t in running:
+        ctx.stmt.evict(t, "reclaim", "test")
+    assert not candidates.live(ctx.stmt).any()
+    assert np.allclose(kept.now(), 0.0)
+    ctx.stmt.rollback(mark)
+    assert (candidates.live(ctx.stmt) == _fresh_live(ctx, candidates)).all()
+    assert np.allclose(kept.now(), _fresh_frees(ctx, candidates, members))
 
 
 def test_the_bound_on_a_shared_list_answers_as_on_a_plain_one() -> None:

@@ -169,6 +169,11 @@ def _frees_by_node(at: np.ndarray, demand: FloatArray, nodes: int) -> FloatArray
     return sums
 
 
+# Past this many members changed since the last look, their frees are summed anew in
+# one vectorised pass rather than member by member.
+_RESUM_AFTER = 32
+
+
 class LiveFrees:
     """Per node, what the live members of one list free at most (their tasks' rows
     summed), kept in step with the statement: summed once, then each member whose
@@ -189,7 +194,12 @@ class LiveFrees:
         """The sums as the statement stands. Read-only."""
         live = self.candidates.live(self.stmt) & self.members
         changed = np.flatnonzero(live != self.counted).tolist()
-        if changed:
+        if len(changed) > _RESUM_AFTER:  # many at once (a big scenario): summed anew
+            at, unit, demand, _ = self.candidates.arrays()
+            taken = live[unit]
+            self.sums = _frees_by_node(at[taken], demand[taken], len(self.sums))
+            self.counted = live
+        elif changed:
             at, _, demand, _ = self.candidates.arrays()
             for u in changed:
                 sign = 1.0 if live[u] else -1.0

@@ -84,6 +84,11 @@ def unit_piece(u: Unit, width: int) -> Piece:
     return np.array([t.node for t in u.tasks], dtype=np.int64), demand
 
 
+# Past this many tasks changed since the last look, the units' liveness is worked out
+# anew in one vectorised pass rather than unit by unit (a scenario of thousands of victims).
+_RECOUNT_AFTER = 64
+
+
 class Candidates:
     """Units in victim order, with their tasks as arrays (built when first needed)."""
 
@@ -172,7 +177,7 @@ class Candidates:
         if kept is not None and kept[0] is stmt and kept[1] == seen:
             return kept[2]
         flags = self._task_flags(stmt)
-        if kept is not None and kept[0] is stmt and kept[1] < seen:
+        if kept is not None and kept[0] is stmt and seen - _RECOUNT_AFTER < kept[1] < seen:
             live = kept[2].copy()  # a fresh array: a caller may hold the last one
             unit_of, index = self.arrays()[1], self.task_index()
             for t in stmt.changed_tasks[kept[1] : seen]:  # the units of the tasks changed
