@@ -77,8 +77,11 @@ def token_hash(token: str) -> str:
 
 
 def new_token() -> tuple[str, str]:
-    """A fresh random token and its hash (`kai-ray tenant token`)."""
+    """A fresh random token and its hash (`kai-ray tenant token`). Never one that begins
+    with "-": a command line would read `--token -x...` as an option (one in 64 would)."""
     token = secrets.token_urlsafe(32)
+    while token.startswith("-"):
+        token = secrets.token_urlsafe(32)
     return token, token_hash(token)
 
 

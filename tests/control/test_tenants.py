@@ -55,6 +55,11 @@ def test_a_new_token_is_random_and_its_hash_is_the_files_form() -> None:
     assert digest == token_hash(token) and digest.startswith("sha256:") and len(digest) == 7 + 64
 
 
+def test_no_token_begins_with_a_dash_which_a_command_line_would_read_as_an_option() -> None:
+    # One urlsafe token in 64 begins with "-": in 2,000, some would (1 - (63/64)^2000).
+    assert not [t for t, _ in (new_token() for _ in range(2000)) if t.startswith("-")]
+
+
 def test_a_token_names_its_tenant_or_admin() -> None:
     from kai_ray.config.tenants import parse_tenants
 
