@@ -34,7 +34,7 @@ class GpuBuckets:
         self.indexed: list[bool] = indexed.tolist()
         heaps: list[list[int]] = [[] for _ in range(self.size)]
         # The whole idle GPUs of the indexed nodes together: a gang asking for more cannot
-        # have them now, whatever the nodes (Placer.short_of_room).
+        # have them now, whatever the nodes (Placer._short_of_room).
         self.whole = 0
         for node in np.flatnonzero(indexed).tolist():
             level = self._level_of(node)
