@@ -36,12 +36,17 @@ class GpuBuckets:
         # The whole idle GPUs of the indexed nodes together: a gang asking for more cannot
         # have them now, whatever the nodes (Placer._short_of_room).
         self.whole = 0
+        # Which indexed nodes are releasing GPUs, and how many: a gang short of idle GPUs
+        # may still wait for those (Placer._short_of_room), asked with no pass over the nodes.
+        self.releasing: list[bool] = [False] * len(nodes)
+        self.releasing_nodes = 0
         for node in np.flatnonzero(indexed).tolist():
             level = self._level_of(node)
             self.level[node] = level
             if level >= 0:
                 heaps[level].append(node)  # ascending already: a valid heap
                 self.whole += level
+            self._count_releasing(node)
         self.heaps = heaps
 
     def _level_of(self, node: int) -> int:
@@ -52,12 +57,19 @@ class GpuBuckets:
         """Call after the node's idle GPUs changed."""
         if not self.indexed[node]:
             return
+        self._count_releasing(node)
         new, old = self._level_of(node), self.level[node]
         if new != old:
             self.level[node] = new
             self.whole += max(new, 0) - max(old, 0)
             if new >= 0:
                 heapq.heappush(self.heaps[new], node)
+
+    def _count_releasing(self, node: int) -> None:
+        now = self.nodes.releasing.item(node, 0) > EPS
+        if now != self.releasing[node]:
+            self.releasing[node] = now
+            self.releasing_nodes += 1 if now else -1
 
     def levels(self, gpus: float, spread: bool) -> range:
         low = max(0, math.ceil(gpus - EPS))

@@ -17,6 +17,7 @@ from kai_ray.core.rules.nodesets import (
     domain_ids,
     selector_mask,
 )
+from kai_ray.core.rules.roomfacts import RoomFacts
 from kai_ray.core.rules.topologyrule import TopologyRule
 from kai_ray.core.rules.typechoices import Selector, TypeChoices
 from kai_ray.core.state.cluster import ClusterState
@@ -54,6 +55,7 @@ class Placer(TopologyRule, TypeChoices):
         # it from the node's releasing room alone, so to its node scores (which prefer a
         # node the task fits in idle room) a node keeps the idle room it had.
         self.all_room: FloatArray | None = None
+        self._room_facts: RoomFacts | None = None
         self._init_types()
 
     @property
@@ -62,6 +64,13 @@ class Placer(TopologyRule, TypeChoices):
             self._buckets = GpuBuckets(self.state.nodes)
             self.state.nodes.watchers.append(self._buckets.update)
         return self._buckets
+
+    @property
+    def room_facts(self) -> RoomFacts:
+        """Answers that read the free room of some nodes, kept while those stand (roomfacts.py)."""
+        if self._room_facts is None:
+            self._room_facts = RoomFacts(self.state.nodes, self.gpu_types.ids)
+        return self._room_facts
 
     # ------------------------------------------------------------ filters
 
@@ -311,7 +320,7 @@ class Placer(TopologyRule, TypeChoices):
         spreading = bool(tasks) and bool(tasks[0].job.info.spread)
         buckets = self._indexed(mask)
         if not spreading and self.all_room is None and buckets is not None and self._can_fill_blocks(tasks):
-            if self._short_of_room(tasks, mask, buckets, allow_pipeline):
+            if self._short_of_room(tasks, buckets, allow_pipeline):
                 return False
             tasks = self._fill_blocks(stmt, tasks, action, buckets)
         # A spreading gang counts its tasks per node as it goes, rather than per task.
@@ -390,19 +399,14 @@ class Placer(TopologyRule, TypeChoices):
             and (first.job.uniform or all(t.demand is first.demand for t in tasks))
         )
 
-    def _short_of_room(
-        self, tasks: Sequence[Task], mask: BoolArray, buckets: GpuBuckets, allow_pipeline: bool
-    ) -> bool:
+    def _short_of_room(self, tasks: Sequence[Task], buckets: GpuBuckets, allow_pipeline: bool) -> bool:
         """The gang asks for more whole GPUs than the index's nodes have idle, and none of
         them is releasing any it could wait for: it fails whatever the order, so no task
         is placed to be taken back (a GPU type run dry, gang after gang)."""
         gpus = float(tasks[0].demand[0])
         if gpus != int(gpus) or buckets.whole >= len(tasks) * gpus:
             return False
-        if not allow_pipeline:
-            return True
-        releasing = self.state.nodes.releasing[:, 0]
-        return not (releasing.any() and bool((releasing[mask] > EPS).any()))
+        return not allow_pipeline or buckets.releasing_nodes == 0
 
     def _fill_blocks(
         self, stmt: Statement, tasks: Sequence[Task], action: str, buckets: GpuBuckets

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from kai_ray.core.model.affinity import NodeAffinity, describe_affinity, describe_selector
-from kai_ray.core.model.snapshot import Reason
+from kai_ray.core.model.snapshot import Reason, Request
 from kai_ray.core.model.words import agree, count, describe_request, gang_words, level_noun, number
 from kai_ray.core.rules.emptyfit import gang_problem, room_when_empty
 from kai_ray.core.rules.nodesets import selector_mask
@@ -237,7 +237,7 @@ def _gang_never_fits(
     level = constraint.required if constraint is not None else None
     key = (
         "gang never fits",
-        tuple(gang),
+        _runs(gang),
         job.selector,
         job.affinity,
         job.info.gpu_types,
@@ -252,6 +252,19 @@ def _gang_never_fits(
         return gang_problem(placer.state.nodes, gang, mask, job.info, domains)
 
     return placer.node_fact(key, work_out)
+
+
+def _runs(requests: list[Request]) -> tuple[tuple[Request, int], ...]:
+    """The gang's requests as runs of the same object, for a key: a uniform gang's is one
+    pair, not a request hashed per task (an equal request that is another object starts
+    another run: another key for the same gang, worked out once more)."""
+    runs: list[tuple[Request, int]] = []
+    for r in requests:
+        if runs and runs[-1][0] is r:
+            runs[-1] = (r, runs[-1][1] + 1)
+        else:
+            runs.append((r, 1))
+    return tuple(runs)
 
 
 def _spread_reason(placer: Placer, job: Job, task: Task, mask: np.ndarray, gang: str) -> str:
@@ -269,10 +282,22 @@ def _spread_reason(placer: Placer, job: Job, task: Task, mask: np.ndarray, gang:
 
 
 def _room_reason(placer: Placer, task: Task, mask: np.ndarray, gang: str) -> str:
+    """Why the gang finds no room on the mask's nodes, in figures of their free room. Kept
+    while none of them changed (roomfacts.py): a look-alike is explained again each time
+    the state moved, mostly on other nodes. A fraction reads the shared devices too:
+    worked out each time."""
+    mask_key = mask.tobytes()
+    if task.fraction_request:
+        return _room_words(placer, task, mask, gang, mask_key)
+    key = ("room reason", gang, task.demand.tobytes())
+    return placer.room_facts.get(key, mask, mask_key, lambda: _room_words(placer, task, mask, gang, mask_key))
+
+
+def _room_words(placer: Placer, task: Task, mask: np.ndarray, gang: str, mask_key: bytes) -> str:
     nodes = placer.state.nodes
     gpu = task.fraction_request or task.demand[0] > 0
     col, unit = (0, "GPU") if gpu else (1, "CPU")
-    rows = _rows(placer, mask)
+    rows = _rows(placer, mask, mask_key)
     idle = nodes.idle[rows, col]  # column by column: taking whole rows by number is slow
     free = float((idle + nodes.releasing[rows, col]).sum())
     largest = float(idle.max()) if len(idle) else 0.0
@@ -288,13 +313,11 @@ def _room_reason(placer: Placer, task: Task, mask: np.ndarray, gang: str) -> str
     )
 
 
-def _rows(placer: Placer, mask: np.ndarray) -> np.ndarray | slice:
-    """The mask's nodes as row numbers (every row: a slice), kept per mask: a job is
-    explained again each time the state moves, and taking rows by number costs a
-    quarter of taking them by a mask of ten thousand nodes."""
-    return placer.node_fact(
-        ("rows of", mask.tobytes()), lambda: slice(None) if mask.all() else np.flatnonzero(mask)
-    )
+def _rows(placer: Placer, mask: np.ndarray, mask_key: bytes) -> np.ndarray | slice:
+    """The mask's nodes as row numbers (every row: a slice), kept per mask: taking rows
+    by number costs a quarter of taking them by a mask of ten thousand nodes."""
+    key = ("rows of", mask_key)
+    return placer.node_fact(key, lambda: slice(None) if mask.all() else np.flatnonzero(mask))
 
 
 def _fitting(placer: Placer, task: Task, mask: np.ndarray, rows: np.ndarray | slice) -> int:
