@@ -14,7 +14,7 @@ from kai_ray.core.rules.capacity import capacity_problem, capped
 from kai_ray.core.rules.reasons import explain_unplaced, unmet_affinity
 from kai_ray.core.session.allocateline import AllocateLine
 from kai_ray.core.session.context import CycleContext
-from kai_ray.core.session.failedsearches import FailedSearches, search_key
+from kai_ray.core.session.failedsearches import FailedSearches, FailureKey, search_key
 from kai_ray.core.state.jobs import Job, Task
 
 __all__ = ["allocate", "allocate_gangs", "allocate_step"]
@@ -121,10 +121,10 @@ def _place_gang(
     if unmet is not None:
         ctx.stmt.set_reason(job.name, unmet)
         return False
-    key = search_key(job, gang, action) if failed is not None else ()
-    if reservations is not None:
-        key = reservations.scoped(key)
-    if failed is not None and failed.known(key):
+    # Keyed only once some search failed: until then none is known to fail, and a line
+    # that all fits keys no job (the key is the same after a failed try: rolled back).
+    key = _search_key(job, gang, action, reservations) if failed is not None and failed.any_failed() else ()
+    if failed is not None and key and failed.known(key):
         reason = failed.reason(key)
         assert reason is not None, "allocate remembers why each failed gang failed"
         mark = ctx.stmt.state_mark
@@ -141,11 +141,17 @@ def _place_gang(
         return True
     reason = _why_unplaced(ctx, job, gang, action, reservations)
     if failed is not None:
+        key = key or _search_key(job, gang, action, reservations)
         failed.add(key, reason, said_on=ctx.stmt.state_mark)
     if reservations is not None:
         reason = reservations.reason_for(job, reason)  # a look-alike's reason does not name it
     ctx.stmt.set_reason(job.name, reason)
     return False
+
+
+def _search_key(job: Job, gang: list[Task], action: str, reservations: Reservations | None) -> FailureKey:
+    key = search_key(job, gang, action)
+    return key if reservations is None else reservations.scoped(key)
 
 
 def _why_unplaced(

@@ -33,7 +33,16 @@ class AllocateLine:
         line = ctx.waiting_line()
         self.ctx, self.step = ctx, step
         self.order: JobQueues = line.job_queues(ctx.state, ctx.rank, ctx.forget)
-        self.sure = None if each_job or not failed.enabled else line.sure_to_fail(failed)
+        self.sure: SureToFail | None = None
+        # Which jobs are sure to fail matters once some search failed: until then only
+        # gangs too short to complete are, and they fail in line as they would settled.
+        # A line kept between cycles keeps its jobs' keys (forked at once); a line made
+        # now keys the jobs still in it at the first failure, not every job up front (a
+        # line that all fits keys none).
+        self._failed = None if each_job or not failed.enabled else failed
+        if self._failed is not None and ctx.kept is not None:
+            self.sure = line.sure_to_fail(failed)
+        self._is_capped = line.is_capped
         self._placements, self._probed = 0, -1  # placements made, and when keys were last tried
         self._settled = False
 
@@ -55,7 +64,11 @@ class AllocateLine:
             if sure is not None:
                 sure.tried(job)
         if sure is None:
-            return
+            if self._failed is None or not self._failed.added:
+                return
+            sure = self.sure = SureToFail(
+                self.order.remaining(), self._failed, "allocate", True, self._is_capped
+            )
         if sure.all_fail() or (self._worth_a_probe(sure) and self._unknown_keys_fail(sure)):
             self._settle(sure)
 

@@ -166,6 +166,10 @@ class FailedSearches:
     def known(self, key: FailureKey) -> bool:
         return key in self._failed
 
+    def any_failed(self) -> bool:
+        """Whether any search is known to fail (none: no key need be looked up)."""
+        return bool(self._failed)
+
     def reason(self, key: FailureKey) -> Reason | None:
         return self._failed.get(key)
 
