@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -476,7 +477,10 @@ def _reclaimable(ctx: CycleContext) -> Callable[[Unit], bool]:
     cycle: each waiting job's search would play a scenario per just-placed victim,
     nearly all of which give their room straight back (a burst of thousands of jobs
     across many queues took minutes a cycle); the reclaimer waits one cycle instead."""
-    placed = sum(1 for j in ctx.stmt.touched_jobs if any(_placed_now(t) for t in j.tasks))
+    placed_jobs = (j for j in ctx.stmt.touched_jobs if any(_placed_now(t) for t in j.tasks))
+    placed = sum(
+        1 for _ in itertools.islice(placed_jobs, RECLAIM_PLACED_UP_TO + 1)
+    )  # past it, no matter how many
     if placed <= RECLAIM_PLACED_UP_TO:
         return lambda u: True
     return lambda u: not any(_placed_now(t) for t in u.tasks)

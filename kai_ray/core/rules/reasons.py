@@ -232,7 +232,8 @@ def _gang_never_fits(
     """gang_problem on the empty nodes: its inputs are the gang's requests, the job's
     node selector, affinity and GPU types (its mask; `on_type`: narrowed to that type's
     nodes), spreading and topology level: kept per those."""
-    gang = [t.request for t in job.tasks if t.status.is_active] + [t.request for t in missing]
+    active = [t.request for t in job.tasks if t.status.is_active] if job.active_count else []
+    gang = active + [t.request for t in missing]
     constraint = job.info.topology
     level = constraint.required if constraint is not None else None
     key = (
