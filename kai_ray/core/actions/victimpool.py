@@ -185,20 +185,22 @@ class LiveFrees:
         self.candidates, self.stmt = candidates, ctx.stmt
         self.members = np.zeros(len(candidates.units), dtype=bool)
         self.members[places] = True
-        self.counted = candidates.live(self.stmt) & self.members
-        at, unit, demand, _ = candidates.arrays()
-        taken = self.counted[unit]
-        self.sums = _frees_by_node(at[taken], demand[taken], len(ctx.state.nodes))
+        self.nodes = len(ctx.state.nodes)
+        self._summed(candidates.live(self.stmt) & self.members)
+
+    def _summed(self, live: np.ndarray) -> None:
+        """The sums worked out anew over the `live` members."""
+        at, unit, demand, _ = self.candidates.arrays()
+        taken = live[unit]
+        self.sums = _frees_by_node(at[taken], demand[taken], self.nodes)
+        self.counted = live
 
     def now(self) -> FloatArray:
         """The sums as the statement stands. Read-only."""
         live = self.candidates.live(self.stmt) & self.members
         changed = np.flatnonzero(live != self.counted).tolist()
         if len(changed) > _RESUM_AFTER:  # many at once (a big scenario): summed anew
-            at, unit, demand, _ = self.candidates.arrays()
-            taken = live[unit]
-            self.sums = _frees_by_node(at[taken], demand[taken], len(self.sums))
-            self.counted = live
+            self._summed(live)
         elif changed:
             at, _, demand, _ = self.candidates.arrays()
             for u in changed:

@@ -32,6 +32,18 @@ Spot = tuple[int, int, bool]  # node, device (-1 unless fractional), pipelined
 _NONE_FITS, _UNSURE, _MAX_SCAN = -1, -2, 64
 
 
+def fraction_room(
+    shared: FloatArray | float, whole: FloatArray | float, need: FloatArray | float
+) -> BoolArray | bool:
+    """Whether a share `need` of one device has room on a node (arrays: on each node;
+    numbers: on one): on a shared device whose best room is `shared` (its releasing part
+    included: a fraction waits for the shared device rather than opening a fresh one, as
+    KAI), or on a fresh device, if a whole one is free (`whole` idle devices) and the
+    share is no more than a device (a memory slice larger than a device's usable memory
+    fits none: gpushare.py). One rule for Placer.fits and Placer.fits_at."""
+    return (shared >= need - EPS) | ((whole >= 1 - EPS) & (need <= 1 + EPS))
+
+
 class Placer(TopologyRule, TypeChoices):
     def __init__(self, state: ClusterState, config: SchedulerConfig) -> None:
         self.state = state
@@ -161,14 +173,10 @@ class Placer(TopologyRule, TypeChoices):
 
     def _fraction_room(self, task: Task, future: bool) -> BoolArray:
         nodes = self.state.nodes
-        need = self._fractions(task)
         whole = nodes.idle[:, 0] + (nodes.releasing[:, 0] if future else 0.0)
-        # A shared device with room counts even when only its releasing part has it: a
-        # fraction waits for the shared device rather than opening a fresh one (as KAI).
-        # A fresh device holds any share but one above the whole device (a memory slice
-        # larger than the device's usable memory: gpushare.py).
-        fresh = (whole >= 1 - EPS) & (np.asarray(need) <= 1 + EPS)
-        return (nodes.frac_future >= need - EPS) | fresh
+        return np.asarray(
+            fraction_room(nodes.frac_future, whole, np.asarray(self._fractions(task))), dtype=bool
+        )
 
     def _fractions(self, task: Task) -> FloatArray | float:
         """The task's share of one device, per node (gpushare.py)."""
@@ -265,9 +273,9 @@ class Placer(TopologyRule, TypeChoices):
                 return False
         if not task.fraction_request:
             return True
-        need_here = task.fraction_on(nodes, node)
-        fresh = idle.item(node, 0) >= 1 - EPS and need_here <= 1 + EPS
-        return nodes.frac_future.item(node) >= need_here - EPS or fresh
+        return bool(
+            fraction_room(nodes.frac_future.item(node), idle.item(node, 0), task.fraction_on(nodes, node))
+        )
 
     def _pipelined(self, task: Task, mask: BoolArray) -> Spot | None:
         later = self.fits(task, mask, future=True)
