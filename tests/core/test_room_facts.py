@@ -132,7 +132,7 @@ def test_the_index_counts_the_nodes_releasing_gpus_through_evictions_and_rollbac
         marks.append(stmt.checkpoint())
         stmt.evict(task, "reclaim", "test")
         assert buckets.releasing_nodes == fresh()
-    assert buckets.releasing_nodes == len({t.node for t in running} | {nodes.index['n0']}) > 1
+    assert buckets.releasing_nodes == len({t.node for t in running} | {nodes.index["n0"]}) > 1
     for mark in reversed(marks[::3]):
         stmt.rollback(mark)
         assert buckets.releasing_nodes == fresh()
