@@ -478,9 +478,8 @@ def _reclaimable(ctx: CycleContext) -> Callable[[Unit], bool]:
     nearly all of which give their room straight back (a burst of thousands of jobs
     across many queues took minutes a cycle); the reclaimer waits one cycle instead."""
     placed_jobs = (j for j in ctx.stmt.touched_jobs if any(_placed_now(t) for t in j.tasks))
-    placed = sum(
-        1 for _ in itertools.islice(placed_jobs, RECLAIM_PLACED_UP_TO + 1)
-    )  # past it, no matter how many
+    # Counted up to one past the bound: how far past does not matter.
+    placed = sum(1 for _ in itertools.islice(placed_jobs, RECLAIM_PLACED_UP_TO + 1))
     if placed <= RECLAIM_PLACED_UP_TO:
         return lambda u: True
     return lambda u: not any(_placed_now(t) for t in u.tasks)

@@ -81,7 +81,7 @@ class Placer(TopologyRule, TypeChoices):
     def room_facts(self) -> RoomFacts:
         """Answers that read the free room of some nodes, kept while those stand (roomfacts.py)."""
         if self._room_facts is None:
-            self._room_facts = RoomFacts(self.state.nodes, self.gpu_types.ids)
+            self._room_facts = RoomFacts(self.state.nodes, self.gpu_types)
         return self._room_facts
 
     # ------------------------------------------------------------ filters

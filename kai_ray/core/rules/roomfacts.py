@@ -20,6 +20,7 @@ from typing import TypeVar, cast
 
 import numpy as np
 
+from kai_ray.core.state.gputypes import GpuTypes
 from kai_ray.core.state.nodes import BoolArray, Nodes
 
 __all__ = ["RoomFacts"]
@@ -28,10 +29,10 @@ T = TypeVar("T")
 
 
 class RoomFacts:
-    def __init__(self, nodes: Nodes, groups: np.ndarray) -> None:
-        """`groups`: per node, its group's id (its GPU type's id, GpuTypes.ids)."""
-        self._group_of: list[int] = groups.tolist()
-        self._groups = groups
+    def __init__(self, nodes: Nodes, types: GpuTypes) -> None:
+        """A node's group is its GPU type (GpuTypes.ids)."""
+        self._group_of = types.id_of_node
+        self._groups = types.ids
         self._changes = [0] * (max(self._group_of, default=-1) + 1)
         self._members: dict[bytes, tuple[int, ...]] = {}  # per mask: the groups of its nodes
         self._facts: dict[tuple[object, ...], tuple[tuple[int, ...], object]] = {}

@@ -35,7 +35,6 @@ class TypeChoices:
         # so a gang placed on one type keeps the fast paths of the whole cluster's mask.
         self._type_masks: dict[int, BoolArray] = {}
         self._type_buckets: dict[int, GpuBuckets] = {}
-        self._type_of_node: list[int] = []  # per node, its type's id (once an index is kept)
         self._type_of_mask: dict[int, int] = {}  # id of a mask of _type_masks -> its type
         self._type_masks_any: set[int] = set()  # types of _type_masks with a node of theirs
         # Jobs are held to their first GPU type while the actions run (queues.
@@ -164,14 +163,13 @@ class TypeChoices:
         buckets = self._type_buckets.get(t)
         if buckets is None:
             if not self._type_buckets:  # one watcher for them all: each node has one type
-                self._type_of_node = self.gpu_types.ids.tolist()
                 self.state.nodes.watchers.append(self._update_type_index)
             buckets = self._type_buckets[t] = GpuBuckets(self.state.nodes, self.gpu_types.ids == t)
         return buckets
 
     def _update_type_index(self, node: int) -> None:
         """A node changed: the GPU index of its type, if one is kept, follows it."""
-        buckets = self._type_buckets.get(self._type_of_node[node])
+        buckets = self._type_buckets.get(self.gpu_types.id_of_node[node])
         if buckets is not None:
             buckets.update(node)
 

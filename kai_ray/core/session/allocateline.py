@@ -42,7 +42,7 @@ class AllocateLine:
         self._failed = None if each_job or not failed.enabled else failed
         if self._failed is not None and ctx.kept is not None:
             self.sure = line.sure_to_fail(failed)
-        self._is_capped = line.is_capped
+        self._line = line
         self._placements, self._probed = 0, -1  # placements made, and when keys were last tried
         self._settled = False
 
@@ -64,11 +64,9 @@ class AllocateLine:
             if sure is not None:
                 sure.tried(job)
         if sure is None:
-            if self._failed is None or not self._failed.added:
+            if self._failed is None or not self._failed.any_failed():
                 return
-            sure = self.sure = SureToFail(
-                self.order.remaining(), self._failed, "allocate", True, self._is_capped
-            )
+            sure = self.sure = self._line.sure_to_fail_of(self.order.remaining(), self._failed)
         if sure.all_fail() or (self._worth_a_probe(sure) and self._unknown_keys_fail(sure)):
             self._settle(sure)
 

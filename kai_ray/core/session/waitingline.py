@@ -111,11 +111,15 @@ class WaitingLine:
         return JobQueues(state, rank, lines, self.job_key, forget)
 
     def sure_to_fail(self, failed: FailedSearches) -> SureToFail:
-        """Allocate's SureToFail for the whole line, starting with `failed`."""
+        """Allocate's SureToFail for the whole line, starting with `failed` (kept, forked)."""
         if self._sure is None:
             jobs = [entry[-1] for line in self.lines.values() for entry in line]
-            self._sure = SureToFail(jobs, FailedSearches(), "allocate", True, self.is_capped)
+            self._sure = self.sure_to_fail_of(jobs, FailedSearches())
         return self._sure.fork(failed)
+
+    def sure_to_fail_of(self, jobs: Iterable[Job], failed: FailedSearches) -> SureToFail:
+        """Allocate's SureToFail for these jobs of the line, starting with `failed`."""
+        return SureToFail(jobs, failed, "allocate", True, self.is_capped)
 
     def begin_cycle(self) -> None:
         """As a cycle begins, before it changes any job: the incomplete gangs new to the

@@ -64,8 +64,16 @@ class GpuTypes:
         self._of: dict[int, BoolArray] = {}
         self._accepting: dict[tuple[str, ...], BoolArray] = {}
         self._room: _TypeRoom | None = None
+        self._id_of_node: list[int] | None = None
         self._whole: dict[int, tuple[BoolArray, bool]] = {}
         self._named: dict[tuple[str, ...], tuple[int, ...]] = {}  # types accepted -> ids
+
+    @property
+    def id_of_node(self) -> list[int]:
+        """Per node, its type's id as a plain list (read a node at a time by watchers)."""
+        if self._id_of_node is None:
+            self._id_of_node = self.ids.tolist()
+        return self._id_of_node
 
     @property
     def room(self) -> _TypeRoom:
@@ -187,7 +195,7 @@ class _TypeRoom:
         nodes = types.nodes
         self.types, self.nodes = types, nodes
         self.counted: list[bool] = (nodes.schedulable & ~types.no_gpu).tolist()
-        self.type_of: list[int] = types.ids.tolist()
+        self.type_of = types.id_of_node
         self.idle: list[float] = nodes.idle[:, 0].tolist()
         self.releasing: list[float] = nodes.releasing[:, 0].tolist()
         counted = nodes.schedulable & ~types.no_gpu
