@@ -6,7 +6,7 @@ contract they keep (what search keys and job keys must hold): `Policy` in policy
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kai_ray.core.rules.fairshare import FairShares
 from kai_ray.core.state.nodes import FloatArray
@@ -31,6 +31,8 @@ class ShareRows:
     # Per queue, what a dominant share divides by: the allocatable share, or
     # NO_SHARE_BASE where that is 0 (KAI's proportion plugin: allocated x 1000).
     share_base: list[list[float]]
+    # Per pair of queues (by index), whether the first wins a full tie (policy.TieBreak).
+    tie_order: dict[tuple[int, int], bool] = field(default_factory=dict, compare=False)
 
     @staticmethod
     def of(shares: FairShares, total: FloatArray) -> ShareRows:

@@ -113,22 +113,36 @@ def dominant_share(amount: Sequence[float], allocatable: Sequence[float], total:
 class TieBreak:
     """The last criteria, reached only when every key before them ties: smaller
     allocatable share (a partial order: smaller in one resource, larger in none), then
-    the older queue. Kept out of the key tuple so ranking stays plain tuple comparison."""
+    the older queue. Kept out of the key tuple so ranking stays plain tuple comparison.
+    Both depend on the two queues alone for as long as their fair shares stand: each
+    pair's answer is kept with the shares (ShareRows.tie_order), since heaps of queues
+    ask the same few pairs again and again."""
 
-    __slots__ = ("allocatable", "created")
+    __slots__ = ("created", "rows")
 
-    def __init__(self, allocatable: Sequence[float], created: int) -> None:
-        self.allocatable = allocatable
+    def __init__(self, rows: ShareRows, created: int) -> None:
+        self.rows = rows
         self.created = created
 
     def __lt__(self, other: TieBreak) -> bool:
-        mine, theirs = self.allocatable, other.allocatable
-        if mine != theirs:
-            if all(a <= b for a, b in zip(mine, theirs, strict=True)):
-                return True
-            if all(b <= a for a, b in zip(mine, theirs, strict=True)):
-                return False
-        return self.created < other.created
+        rows, mine, theirs = self.rows, self.created, other.created
+        if rows is not other.rows:
+            return _ranks_first(rows.allocatable[mine], other.rows.allocatable[theirs], mine, theirs)
+        known = rows.tie_order.get((mine, theirs))
+        if known is None:
+            allocatable = rows.allocatable
+            known = _ranks_first(allocatable[mine], allocatable[theirs], mine, theirs)
+            rows.tie_order[mine, theirs] = known
+        return known
+
+
+def _ranks_first(mine: Sequence[float], theirs: Sequence[float], created: int, other: int) -> bool:
+    if mine != theirs:
+        if all(a <= b for a, b in zip(mine, theirs, strict=True)):
+            return True
+        if all(b <= a for a, b in zip(mine, theirs, strict=True)):
+            return False
+    return created < other
 
 
 # Sortable rank of a queue for its next job (smaller goes first). Flat, so that heaps
@@ -164,7 +178,7 @@ def queue_rank(state: ClusterState, rows: ShareRows, q: int, job_amount: Sequenc
         zero_share,
         share_with,
         share_without,
-        TieBreak(allocatable, q),
+        TieBreak(rows, q),
     )
 
 
@@ -208,7 +222,7 @@ def _typed_queue_rank(
         zero_share,
         share_with,
         share_without,
-        TieBreak(allocatable, q),
+        TieBreak(rows, q),
     )
 
 

@@ -48,8 +48,10 @@ def blocked(typed: TypedUsage, job: Job, type_id: int, gpus: float) -> Reason | 
     may. Reads the job's queue and preemptibility: both in allocate's search key
     (failedsearches._free_room)."""
     c = typed.columns_of_types[type_id]
-    if c < 0:
-        return None
+    if c < 0 or not (
+        typed.limited_path[job.queue][c] or (typed.quota_path[job.queue][c] and not job.info.preemptible)
+    ):
+        return None  # no limit of the type on the queue's path, nor a quota that binds the job
     name, tree = typed.names[c], typed.tree
     for q in tree.ancestors[job.queue]:
         held, limit = typed.allocated[q][c], typed.limit_rows[q][c]

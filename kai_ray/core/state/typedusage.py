@@ -17,7 +17,7 @@ import numpy as np
 from kai_ray.core.model.snapshot import UNLIMITED, QueueInfo, TaskStatus
 from kai_ray.core.state.gputypes import GpuTypes
 from kai_ray.core.state.jobs import Job, Task
-from kai_ray.core.state.nodes import FloatArray
+from kai_ray.core.state.nodes import BoolArray, FloatArray
 from kai_ray.core.state.queues import QueueTree
 
 __all__ = ["TypedUsage"]
@@ -60,6 +60,10 @@ class TypedUsage:
         self.quota_rows: list[list[float]] = self.quota.tolist()
         self.limit_rows: list[list[float]] = self.limit.tolist()
         self.columns_of_typess: list[int] = self.column[types.ids].tolist()  # per node: its type's column
+        # Per queue and column: whether the queue or one above it has a limit of the type,
+        # or a quota of it: a type with neither on the path blocks nothing (blocked).
+        self.limited_path = self._on_path(self.limit != UNLIMITED, tree)
+        self.quota_path = self._on_path(self.quota != UNLIMITED, tree)
         allocated, nonpreemptible, requested = self._counted(n, t, jobs)
         # Plain lists: read and changed a number at a time, on every rank and placement.
         self.allocated: list[list[float]] = allocated.tolist()
@@ -69,6 +73,16 @@ class TypedUsage:
         self.fair_share: FloatArray = np.zeros((n, t))
         # Per queue, for its rank: fair share, deserved share, what a dominant share divides by.
         self.share_rows: list[tuple[list[float], list[float], list[float]]] = []
+
+    @staticmethod
+    def _on_path(finite: BoolArray, tree: QueueTree) -> list[list[bool]]:
+        """Per queue and column: `finite` of the queue or of a queue above it."""
+        rows: list[list[bool]] = finite.tolist()
+        for q in reversed(tree.bottom_up):  # parents first
+            parent = tree.parent[q]
+            if parent >= 0:
+                rows[q] = [a or b for a, b in zip(rows[q], rows[parent], strict=True)]
+        return rows
 
     # ------------------------------------------------------------ figures
 
