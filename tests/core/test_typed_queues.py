@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from kai_ray.core import GpuTypeShare, SchedulerConfig
+from kai_ray.core import UNLIMITED, GpuTypeShare, SchedulerConfig
 from kai_ray.core.cycle import prepare_cycle
 
 from .builders import ClusterBuilder, cycle
@@ -109,3 +109,38 @@ def test_reclaim_refused_on_the_type_share_says_so() -> None:
     assert (
         "queue a cannot reclaim: it would go over its fair share of 12 H100 GPUs (it holds 8" in reason.text
     )
+
+
+@pytest.mark.parametrize(
+    ("name", "parent_share", "priority", "code"),
+    [
+        ("a parent's limit binds preemptible work", GpuTypeShare("H100", 8, limit=8), "train", "queue-limit"),
+        ("a parent's quota binds non-preemptible work", GpuTypeShare("H100", 8), "build", "queue-quota"),
+        ("a parent's quota leaves preemptible work free", GpuTypeShare("H100", 8), "train", None),
+    ],
+)
+def test_a_type_figure_of_a_queue_above_binds_the_leaf(
+    name: str, parent_share: GpuTypeShare, priority: str, code: str | None
+) -> None:
+    # The leaf names H100 with no limit and a quota of the whole cluster: the department
+    # above it decides (blocked walks the path only where some queue on it has a limit of
+    # the type, or a quota of it).
+    snap = (
+        ClusterBuilder()
+        .node("h0", gpus=8, gpu_type="H100")
+        .node("h1", gpus=8, gpu_type="H100")
+        .queue("d", gpu_quota=16, gpu_types=_typed(parent_share))
+        .queue("x", "d", gpu_quota=16, gpu_types=_typed(GpuTypeShare("H100", UNLIMITED)))
+        .job("held", "x", gpu=8, gpu_types=("H100",), priority="build")
+        .running("h0")
+        .job("j", "x", gpu=8, gpu_types=("H100",), priority=priority)
+        .pending()
+        .build()
+    )
+    result = cycle(snap, "allocate")
+    if code is None:
+        assert "j" not in result.waiting, name
+        return
+    reason = result.waiting["j"]
+    assert reason.code == code, name
+    assert reason.text.startswith("queue d "), name
