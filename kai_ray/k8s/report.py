@@ -6,7 +6,9 @@ its queue (limit, quota, fair share) or not schedulable as written gets the core
 code instead (`QueueLimit`, `FairShare`, ...), which no autoscaler buys a node for. The
 gang's top owner (RayCluster, RayJob, RayService, Job or the pod) gets an Event whenever
 its reason changes, with its place in its queue. Everything is written only when it
-changes: a thousand waiting pods do not cost a thousand writes a cycle.
+changes: a thousand waiting pods do not cost a thousand writes a cycle. A place in line
+moves whenever a job arrives ahead of it or the line grows, so a pod whose message
+changed only there is written again at most every `PLACE_REFRESH_S` (its reason, at once).
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ import datetime as dt
 import logging
 import math
 import re
+import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from kai_ray.control.demand import wants_capacity
@@ -47,6 +50,11 @@ _EVICTED = {
     "stalegangeviction": "StaleGang",
 }
 KAI_UNITS = {"gpu": 1.0, "cpu": 1e-3, "memory": 1e6}  # core units per KAI unit
+# A waiting pod whose message changed only in its place in line is written again at most
+# this often: otherwise each job that joins a queue of a thousand waiting gangs rewrites
+# all their pods (the line's length is in every message), and the API server's writes go
+# to old news while new pods wait for their first word.
+PLACE_REFRESH_S = 10.0
 
 
 class Gangs(Protocol):
@@ -93,17 +101,29 @@ def eta_phrase(eta: Eta | None) -> str:
     return f"; expected to start about {at.strftime('%Y-%m-%d %H:%M')} UTC (run times: {eta.why})"
 
 
+_Said = tuple[str, str, str, float]  # reason, message, message without its place, when
+
+
 def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class Reporter:
-    def __init__(self, kube: Kube, in_flight: int = 32) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        in_flight: int = 32,
+        place_refresh_s: float = PLACE_REFRESH_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.kube, self.in_flight = kube, in_flight
-        self._pod_said: dict[str, tuple[str, str]] = {}  # pod uid -> (reason, message) written
-        # gang id -> (the gang read, reason, message) whose pods were all told it: a gang
-        # that waits as it did costs no look at its pods.
-        self._told: dict[str, tuple[Gang, str, str, str]] = {}
+        self.place_refresh_s, self.clock = place_refresh_s, clock
+        # pod uid -> what it was told: (reason, message, the message without its place in
+        # line, when written).
+        self._pod_said: dict[str, _Said] = {}
+        # gang id -> (the gang read, reason code, what its pods were all told): a gang that
+        # waits as it did costs no look at its pods.
+        self._told: dict[str, tuple[Gang, str, _Said]] = {}
         self._gang_said: dict[str, str] = {}  # gang id -> reason code of its last Event
         self._forecast_said: dict[str, bool] = {}  # gang id -> an Event of it said its start
         self._queue_said: dict[str, Any] = {}  # queue name -> status written
@@ -112,14 +132,18 @@ class Reporter:
     async def report(
         self, world: Gangs, result: CycleResult, plan: Plan, etas: Mapping[str, Eta] | None = None
     ) -> None:
+        # The waiting pods' conditions go first, then the Events and the rest: a pod's
+        # condition is what people, autoscalers and kubectl read of why it waits, and a
+        # burst of new jobs should not wait for their Events to learn it.
+        conditions: list[Any] = []
         calls: list[Any] = []
         etas = etas or {}
         for job, reason in result.waiting.items():
             gang = world.gangs.get(job)
             if gang is not None:
-                calls += self._waiting(gang, reason, plan.positions.get(job), etas.get(job))
+                self._waiting(gang, reason, plan.positions.get(job), etas.get(job), conditions, calls)
         for gang in world.problems.values():
-            calls += self._waiting(gang, Reason("invalid", gang.problem), None)
+            self._waiting(gang, Reason("invalid", gang.problem), None, None, conditions, calls)
         for job in plan.jobs:
             gang = world.gangs.get(job)
             if gang is not None and job not in result.waiting and self._gang_said.pop(job, ""):
@@ -128,39 +152,76 @@ class Reporter:
                 calls.append(self.event(gang, "Normal", "Scheduled", "placed by kai-ray"))
         calls += self._running_refused(world, result)
         calls += self._queues(result, world)
-        for outcome in await gather_limited(calls, self.in_flight):
+        for outcome in await gather_limited(conditions + calls, self.in_flight):
             if isinstance(outcome, ApiError) and outcome.status != 404:
                 log.warning("status report failed: %s", outcome)
             elif isinstance(outcome, BaseException) and not isinstance(outcome, ApiError):
                 log.warning("status report failed: %r", outcome)
 
     def _waiting(
-        self, gang: Gang, reason: Reason, position: tuple[int, int] | None, eta: Eta | None = None
-    ) -> list[Any]:
+        self,
+        gang: Gang,
+        reason: Reason,
+        position: tuple[int, int] | None,
+        eta: Eta | None,
+        conditions: list[Any],
+        events: list[Any],
+    ) -> None:
+        """Tell a waiting gang's pods why it waits (their writes added to `conditions`),
+        and its owner when the reason changed (`events`)."""
         where = f" (position {position[0]} of {position[1]} in queue {gang.queue})" if position else ""
-        message = in_pods(describe(reason.text), gang.namespace) + where + eta_phrase(eta)
-        word = condition_reason(reason)
+        words = in_pods(describe(reason.text), gang.namespace)
+        message, rest = words + where + eta_phrase(eta), words + eta_phrase(eta)
+        word, now = condition_reason(reason), self.clock()
         told = self._told.get(gang.id)
-        if told is not None and told[0] is gang and told[1:] == (word, message, reason.code):
-            return []
-        self._told[gang.id] = (gang, word, message, reason.code)
-        calls: list[Any] = []
-        for pod in gang.pods:
-            if pod.get("spec", {}).get("nodeName") or is_virtual(pod):
-                continue  # a virtual pod stands for a suspended owner's: it has no status
-            uid = pod["metadata"].get("uid", "")
-            if self._pod_said.get(uid) != (word, message):
-                self._pod_said[uid] = (word, message)
-                calls.append(self._pod_condition(pod, word, message))
+        if (
+            told
+            and told[0] is gang
+            and told[1] == reason.code
+            and self._stands(told[2], word, message, rest, now)
+        ):
+            return  # as told, or only its place in line moved since lately
+        writes, settled = self._pod_conditions(gang, word, message, rest, now)
+        conditions += writes
+        if settled:
+            self._told[gang.id] = (gang, reason.code, (word, message, rest, now))
+        else:  # some pods' new place waits for the refresh: their gang is looked at again
+            self._told.pop(gang.id, None)
         known = eta is not None and eta.at is not None
         if self._gang_said.get(gang.id) != reason.code:
             self._gang_said[gang.id] = reason.code
             self._forecast_said[gang.id] = known
-            calls.append(self.event(gang, "Normal" if wants_capacity(reason) else "Warning", word, message))
+            events.append(self.event(gang, "Normal" if wants_capacity(reason) else "Warning", word, message))
         elif known and not self._forecast_said.get(gang.id):
             self._forecast_said[gang.id] = True  # its start became known after its first Event
-            calls.append(self.event(gang, "Normal", "Forecast", message))
-        return calls
+            events.append(self.event(gang, "Normal", "Forecast", message))
+
+    def _pod_conditions(
+        self, gang: Gang, word: str, message: str, rest: str, now: float
+    ) -> tuple[list[Any], bool]:
+        """The writes of the gang's waiting pods whose condition is not this one: at once
+        where the reason or its words changed, at most every place_refresh_s where only
+        the place in line did; and whether every such pod now holds this message."""
+        calls: list[Any] = []
+        settled = True
+        for pod in gang.pods:
+            if pod.get("spec", {}).get("nodeName") or is_virtual(pod):
+                continue  # a virtual pod stands for a suspended owner's: it has no status
+            uid = pod["metadata"].get("uid", "")
+            said = self._pod_said.get(uid)
+            if self._stands(said, word, message, rest, now):
+                settled = settled and said is not None and said[1] == message
+                continue
+            self._pod_said[uid] = (word, message, rest, now)
+            calls.append(self._pod_condition(pod, word, message))
+        return calls, settled
+
+    def _stands(self, said: _Said | None, word: str, message: str, rest: str, now: float) -> bool:
+        """Whether what was told may stand: the same, or the same but for the place in
+        line, told less than place_refresh_s ago."""
+        if said is None or said[0] != word or said[2] != rest:
+            return False
+        return said[1] == message or now - said[3] < self.place_refresh_s
 
     async def _pod_condition(self, pod: dict[str, Any], word: str, message: str) -> None:
         meta = pod["metadata"]
