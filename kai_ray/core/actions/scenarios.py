@@ -37,7 +37,7 @@ from kai_ray.core.state.jobs import Task
 from kai_ray.core.state.nodes import EPS, FloatArray
 from kai_ray.core.state.statement import Statement
 
-__all__ = ["GENERATORS", "VictimOrder", "free_gpus", "gpus_of"]
+__all__ = ["GENERATORS", "VictimOrder", "fits_greedily", "free_gpus", "gpus_of"]
 
 
 # Per Statement, free_gpus as the state stood at a state mark (each scenario is rolled
@@ -255,21 +255,41 @@ class IdleGpus:
                     self.free[t.node] += gpus_of(self.ctx, t)
 
     def valid(self) -> bool:
-        n = len(self.asks)
-        top = np.sort(self.free)[::-1][:n]  # (a partition is slower: many nodes alike)
-        taken = np.zeros(len(top))
-        for ask in self.asks:
-            if ask <= EPS:
-                return True
-            for i, cap in enumerate(top):
-                if cap < ask - EPS:
-                    return False  # the rest hold less
-                if cap - taken[i] >= ask - EPS:
-                    taken[i] += ask
-                    break
-            else:
-                return False
-        return True
+        return fits_greedily(self.free, self.asks)
+
+
+def fits_greedily(free: FloatArray, asks: Sequence[float]) -> bool:
+    """KAI's greedy fit of IdleGpus: the asks (largest first) each to the first of the
+    len(asks) nodes with the most free GPUs that has room left for it; False once an ask
+    meets a node that holds less than it (the rest hold less still) or finds none."""
+    top: list[float] = np.sort(free)[::-1][: len(asks)].tolist()  # (a partition is slower: many nodes alike)
+    taken = [0.0] * len(top)
+    start, last = 0, -1.0
+    for ask in asks:
+        if ask <= EPS:
+            return True
+        if ask != last:  # a smaller ask may fit where the last did not: from the top
+            start, last = 0, ask
+        # Nodes before `start` turned this very ask away, and hold no less now: a gang of
+        # many alike tasks is fitted in one pass over the nodes, not one per task.
+        start = _first_with_room(top, taken, start, ask)
+        if start < 0:
+            return False
+        taken[start] += ask
+    return True
+
+
+def _first_with_room(top: list[float], taken: list[float], start: int, ask: float) -> int:
+    """The first node from `start` (nodes by free GPUs, most first) with room left for
+    `ask`; -1 when none has, or a node that holds less than `ask` comes first (the rest
+    hold less still)."""
+    for i in range(start, len(top)):
+        cap = top[i]
+        if cap < ask - EPS:
+            return -1
+        if cap - taken[i] >= ask - EPS:
+            return i
+    return -1
 
 
 def _by_queue(units: Sequence[Unit]) -> dict[int, list[int]]:
