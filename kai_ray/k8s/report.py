@@ -171,7 +171,8 @@ class Reporter:
         and its owner when the reason changed (`events`)."""
         where = f" (position {position[0]} of {position[1]} in queue {gang.queue})" if position else ""
         words = in_pods(describe(reason.text), gang.namespace)
-        message, rest = words + where + eta_phrase(eta), words + eta_phrase(eta)
+        start = eta_phrase(eta)
+        message, rest = words + where + start, words + start  # rest: without its place in line
         word, now = condition_reason(reason), self.clock()
         told = self._told.get(gang.id)
         if (
