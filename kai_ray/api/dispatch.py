@@ -71,6 +71,7 @@ class Dispatcher:
         self._forgotten: dict[str, None] = {}  # outcomes given away: asking again fails
         self._bodies: dict[str, tuple[int, ray.ObjectRef]] = {}  # running: attempt, body
         self._stopped: dict[str, int] = {}  # the last attempt the scheduler stopped
+        self._asking = 0  # result calls started and waiting
 
     def _cancel_lost(self) -> set[str]:
         why = "its driver's dispatcher restarted, and the body it held was lost"
@@ -94,15 +95,13 @@ class Dispatcher:
                 arrived.set_result(None)
 
     @_quiet
-    async def result(
-        self, wid: str, timeout: float | None = None, body: Body | None = None, remote: bool = False
-    ) -> Any:
+    async def result(self, wid: str, timeout: float | None = None, remote: bool = False) -> Any:
         """The body's result (or the error that ended the workload), once there is one;
-        TIMED_OUT if `timeout` passed first. `body`: take it first, as `enqueue` would.
-        `remote`: the call stands for a `.remote()` ObjectRef, so the outcome is given
-        once, then forgotten, and `ray.cancel` of that ref cancels the workload."""
-        if body is not None:
-            await self.enqueue([body])
+        TIMED_OUT if `timeout` passed first. `remote`: the call stands for a `.remote()`
+        ObjectRef, so the outcome is given once, then forgotten, and `ray.cancel` of that
+        ref cancels the workload (once the call has started: Ray drops one that has not,
+        and the workload then runs with nobody to take its result)."""
+        self._asking += 1
         try:
             run = await self._run_of(wid)
             done, _ = await asyncio.wait([run], timeout=timeout)
@@ -110,11 +109,18 @@ class Dispatcher:
             if remote:
                 self._sched.cancel.remote(wid, token=self._token)
             raise
+        finally:
+            self._asking -= 1
         if not done:
             return TIMED_OUT
         if remote:
             self._drop(wid)
         return run.result()
+
+    @_quiet
+    async def asking(self) -> int:
+        """How many result calls have started and wait (a `ray.cancel` of theirs is heard)."""
+        return self._asking
 
     @_quiet
     async def done(self, wid: str) -> bool:

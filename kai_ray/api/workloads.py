@@ -161,13 +161,13 @@ class WorkloadFunction(Generic[P, R]):
 
     def _refs(self, calls: list[tuple[tuple[Any, ...], dict[str, Any]]]) -> list[ray.ObjectRef]:
         """Queued, each an ObjectRef of the body's result: a call to the dispatcher that
-        answers with it (`ray.cancel` of the ref cancels the workload)."""
+        answers with it (`ray.cancel` of the ref cancels the workload). The bodies go
+        first, in a call of their own: Ray drops a cancelled call that has not started,
+        and a workload admitted with no body would hold its room for good."""
         _, disp, wids = self._queue(calls)
         fn = self._function()
-        return [
-            disp.result.remote(wid, None, (wid, fn, a, kw), True)
-            for wid, (a, kw) in zip(wids, calls, strict=True)
-        ]
+        disp.enqueue.remote([(wid, fn, a, kw) for wid, (a, kw) in zip(wids, calls, strict=True)])
+        return [disp.result.remote(wid, None, True) for wid in wids]
 
     def _function(self) -> list[ray.ObjectRef]:
         """The body's function, put in Ray's object store once per Ray job: each workload

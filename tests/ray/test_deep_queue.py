@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 import kai_ray
+from kai_ray.api.dispatch import dispatcher
 from kai_ray.ray.benchqueue import ray_processes
 
 from .conftest import GPU_NODES, GPUS_PER_NODE, Gate, wait_until
@@ -62,6 +63,10 @@ def test_hundreds_wait_without_a_process_then_run(start_scheduler: Any) -> None:
 
     with pytest.raises(TimeoutError, match=r"has no result after 0\.2s"):
         handles[0].result(timeout=0.2)
+    # Ray drops a cancelled call that has not started, unheard: cancel once the dispatcher
+    # has started every ref's call (a slow machine may take seconds for hundreds).
+    _, disp = dispatcher(sched.handle)
+    wait_until(lambda: ray.get(disp.asking.remote()) == 2 * EACH, what="the refs' calls started")
     # Cancel all but a few of each: from the handle, and through Ray's own ray.cancel.
     for ref in refs[KEPT:] + mapped[KEPT:]:
         ray.cancel(ref)
@@ -107,7 +112,6 @@ def test_a_dispatcher_that_died_has_what_it_held_cancelled_and_comes_back(start_
     """What it held died with it (the bodies waiting, the one running): their workloads
     are cancelled, saying why, rather than admitted with nobody to run them; the
     driver's next submissions work."""
-    from kai_ray.api.dispatch import dispatcher
 
     sched = start_scheduler(QUEUE)
     _, held, work = full_cluster()

@@ -43,6 +43,8 @@ def train(gate: Any, ckpt: str) -> int:
             time.sleep(60)
         time.sleep(0.05)
         step += 1
+        if step == 3:
+            gate.record.remote("stepped", step)  # some steps done: worth a checkpoint
     return step
 
 
@@ -79,8 +81,8 @@ def test_higher_priority_preempts_with_notice_then_victim_resumes(
     )(train)
     h_train = trainer.submit(gate, str(tmp_path / "ckpt"))
     assert h_train.wait_admitted(30)["state"] == "Running"
-    wait_until(lambda: entries(gate, "helper_pid"), what="training started")
-    time.sleep(0.5)  # some steps
+    # Some steps first, however slow the machine: a notice at step 0 would checkpoint nothing.
+    wait_until(lambda: entries(gate, "stepped"), what="training stepped")
     (helper_pid,) = entries(gate, "helper_pid")
 
     inference = kai_ray.workload(
