@@ -94,8 +94,7 @@ def test_the_check_costs_the_same_for_one_tenant_or_ten_thousand() -> None:
         return min(runs)
 
     assert large.caller("token-9999").name == "t9999"
-    assert per_call(large) < 3 * per_call(small) + 5e-6
-    assert per_call(small) < 50e-6  # a few microseconds: nothing beside an actor call
+    assert per_call(large) < 3 * per_call(small) + 5e-6  # a ratio: no machine's speed in it
 
 
 def test_refusals_keep_their_code_across_pickling() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -308,7 +307,8 @@ def test_negative_k_is_zero() -> None:
     assert np.array_equal(neg.fair_share, zero.fair_share)
 
 
-def test_thousand_queues_are_fast() -> None:
+def test_a_thousand_queues_in_three_levels_share_the_whole_cluster() -> None:
+    # How fast is the cycle benchmark's to say (kai-ray bench cycle), not a timed assert's.
     rng = np.random.default_rng(7)
     queues = [q(f"d{d}", quota=float(rng.integers(0, 20))) for d in range(20)]
     for t in range(200):
@@ -323,10 +323,7 @@ def test_thousand_queues_are_fast() -> None:
                 request=float(rng.integers(0, 30)),
             )
         )
-    run(queues, 5000)  # warm up
-    start = time.perf_counter()
     tree, shares = run(queues, 5000)
-    assert time.perf_counter() - start < 0.5
     assert shares.fair_share[list(tree.roots)].sum(axis=0) == pytest.approx(np.full(3, 5000))
 
 
