@@ -4,6 +4,7 @@ piece of grammar is one rule."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 from kai_ray.core.model.quantity import format_bytes
@@ -40,8 +41,10 @@ def listed(names: Sequence[str], shown: int = 3) -> str:
     return ", ".join(names[:shown]) + more
 
 
+@functools.lru_cache(maxsize=4096)
 def describe_request(req: Request) -> str:
-    """One task's request: `4 GPUs, 2 CPUs, 16Gi memory`."""
+    """One task's request: `4 GPUs, 2 CPUs, 16Gi memory`. Kept per request: a waiting
+    gang's reason is said again each time the state moved (allocate's look-alikes)."""
     parts = []
     if req.gpu_memory > 0:
         parts.append(f"{format_bytes(req.gpu_memory)} of GPU memory")

@@ -115,7 +115,7 @@ def _too_big_for_each_type(
         return None
     types, problems = placer.gpu_types, []
     for t in types.order_for(job, mask):
-        problem = _gang_never_fits(placer, job, tasks, mask & types.of(t), on_type=t)
+        problem = _gang_never_fits(placer, job, tasks, mask, on_type=t)
         if not problem:
             return None
         problems.append(problem)
@@ -231,7 +231,7 @@ def _gang_never_fits(
 ) -> str:
     """gang_problem on the empty nodes: its inputs are the gang's requests, the job's
     node selector, affinity and GPU types (its mask; `on_type`: narrowed to that type's
-    nodes), spreading and topology level: kept per those."""
+    nodes, only when worked out), spreading and topology level: kept per those."""
     active = [t.request for t in job.tasks if t.status.is_active] if job.active_count else []
     gang = active + [t.request for t in missing]
     constraint = job.info.topology
@@ -250,7 +250,8 @@ def _gang_never_fits(
 
     def work_out() -> str:
         domains = placer.level_domains(constraint, level) if constraint is not None and level else None
-        return gang_problem(placer.state.nodes, gang, mask, job.info, domains)
+        on = mask & placer.gpu_types.of(on_type) if on_type >= 0 else mask
+        return gang_problem(placer.state.nodes, gang, on, job.info, domains)
 
     return placer.node_fact(key, work_out)
 
