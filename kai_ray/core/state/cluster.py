@@ -48,19 +48,16 @@ class QueueUsage:
         allocated = [(a, self.allocated[a][:]) for a in ancestors]
         held = [(a, self.allocated_nonpreemptible[a][:]) for a in ancestors] if nonpreemptible else []
         self.add(queue, amount, nonpreemptible, sign)
-        typed = (
-            None
-            if self.typed is None
-            else self.typed.add(queue, node, float(amount[0]), nonpreemptible, sign)
-        )
+        usage = self.typed
+        typed = None if usage is None else usage.add(queue, node, float(amount[0]), nonpreemptible, sign)
 
         def undo() -> None:
             for a, row in allocated:
                 self.allocated[a][:] = row
             for a, row in held:
                 self.allocated_nonpreemptible[a][:] = row
-            if typed is not None:
-                typed()
+            if typed is not None and usage is not None:
+                usage.restore(typed)
 
         return undo
 

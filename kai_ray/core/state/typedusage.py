@@ -20,7 +20,11 @@ from kai_ray.core.state.jobs import Job, Task
 from kai_ray.core.state.nodes import BoolArray, FloatArray
 from kai_ray.core.state.queues import QueueTree
 
-__all__ = ["TypedUsage"]
+__all__ = ["TypedUndo", "TypedUsage"]
+
+# What undoes one change of the per-type figures: the type's column, and per queue on the
+# path its allocated and non-preemptible GPUs of that type before the change.
+TypedUndo = tuple[int, list[tuple[int, float, float]]]
 
 EPS = 1e-9
 _PENDING = TaskStatus.PENDING
@@ -71,8 +75,9 @@ class TypedUsage:
         self.requested = requested  # for the fair shares (typedqueues.py sets them)
         self.weight = weight
         self.fair_share: FloatArray = np.zeros((n, t))
-        # Per queue, for its rank: fair share, deserved share, what a dominant share divides by.
-        self.share_rows: list[tuple[list[float], list[float], list[float]]] = []
+        # Per queue and type, for its rank: fair share, deserved share, what a dominant
+        # share divides by.
+        self.share_rows: list[list[tuple[float, float, float]]] = []
 
     @staticmethod
     def _on_path(finite: BoolArray, tree: QueueTree) -> list[list[bool]]:
@@ -180,26 +185,29 @@ class TypedUsage:
 
     # ------------------------------------------------------------ kept in step
 
-    def add(
-        self, queue: int, node: int, gpus: float, nonpreemptible: bool, sign: float
-    ) -> Callable[[], None]:
-        """A task's GPUs placed on (or, sign -1, freed from) `node`; how to undo it."""
+    def add(self, queue: int, node: int, gpus: float, nonpreemptible: bool, sign: float) -> TypedUndo | None:
+        """A task's GPUs placed on (or, sign -1, freed from) `node`; what `restore` takes
+        to undo it (None: no figure changed). Not a closure of its own: QueueUsage's undo
+        restores both (one undo per placement)."""
         c = self.columns_of_typess[node] if node >= 0 else -1
         if c < 0 or gpus == 0:
-            return _nothing
-        path = self.tree.ancestors[queue]
+            return None
         allocated, held, amount = self.allocated, self.nonpreemptible, sign * gpus
-        before = [(q, allocated[q][c], held[q][c]) for q in path]
-        for q in path:
-            allocated[q][c] += amount
+        before = []
+        for q in self.tree.ancestors[queue]:
+            row, row_held = allocated[q], held[q]
+            before.append((q, row[c], row_held[c]))
+            row[c] += amount
             if nonpreemptible:
-                held[q][c] += amount
+                row_held[c] += amount
+        return c, before
 
-        def undo() -> None:
-            for q, a, h in before:
-                allocated[q][c], held[q][c] = a, h
-
-        return undo
+    def restore(self, undo: TypedUndo) -> None:
+        """The figures as they were before the add that returned `undo`."""
+        c, before = undo
+        allocated, held = self.allocated, self.nonpreemptible
+        for q, a, h in before:
+            allocated[q][c], held[q][c] = a, h
 
     def figures(self, queue: int) -> dict[str, dict[str, float]]:
         """Per type: quota, limit, fair share and allocation of one queue (for people)."""
@@ -212,7 +220,3 @@ class TypedUsage:
             }
             for c, name in enumerate(self.names)
         }
-
-
-def _nothing() -> None:
-    pass
