@@ -140,10 +140,8 @@ def _fair_shares(typed: TypedUsage, nodes: Nodes, k: float) -> None:
         out[:, cols], deserved[:, cols] = shares.fair_share[:, :width], shares.deserved[:, :width]
         allocatable[:, cols] = shares.allocatable[:, :width]
     base = np.where(allocatable > EPS, allocatable, NO_SHARE_BASE)
-    # Per queue and type, for its rank: fair share, deserved share, what a dominant share
-    # divides by (a tuple per type: the rank walks the types once).
-    rows = zip(out.tolist(), deserved.tolist(), base.tolist(), strict=True)
-    typed.share_rows = [list(zip(*row, strict=True)) for row in rows]
+    # Per queue, for its rank: fair share, deserved share, what a dominant share divides by.
+    typed.share_rows = list(zip(out.tolist(), deserved.tolist(), base.tolist(), strict=True))
     typed.fair_share = out
 
 

@@ -75,9 +75,8 @@ class TypedUsage:
         self.requested = requested  # for the fair shares (typedqueues.py sets them)
         self.weight = weight
         self.fair_share: FloatArray = np.zeros((n, t))
-        # Per queue and type, for its rank: fair share, deserved share, what a dominant
-        # share divides by.
-        self.share_rows: list[list[tuple[float, float, float]]] = []
+        # Per queue, for its rank: fair share, deserved share, what a dominant share divides by.
+        self.share_rows: list[tuple[list[float], list[float], list[float]]] = []
 
     @staticmethod
     def _on_path(finite: BoolArray, tree: QueueTree) -> list[list[bool]]:
