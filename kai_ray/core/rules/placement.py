@@ -62,7 +62,6 @@ class Placer(TopologyRule, TypeChoices):
         # what runs there: kept as long as the Placer, which a cycle cache keeps while
         # the nodes are the same (reasons.py keeps whether a gang could ever fit here).
         self._node_facts: dict[tuple[object, ...], object] = {}
-        self._mask_facts: dict[tuple[object, ...], tuple[tuple[BoolArray, ...], object]] = {}
         # While the solver plays allocate over a scenario (solver.py): each node's idle
         # room as the play began. KAI places every task of the scenario pipelined, taking
         # it from the node's releasing room alone, so to its node scores (which prefer a
@@ -152,16 +151,6 @@ class Placer(TopologyRule, TypeChoices):
         if key not in self._node_facts:
             self._node_facts[key] = work_out()
         return cast(T, self._node_facts[key])
-
-    def mask_fact(self, what: str, masks: tuple[BoolArray, ...], work_out: Callable[[], T]) -> T:
-        """node_fact of masks the Placer keeps (base masks, a type's nodes), by the masks'
-        identity: hashing ten thousand booleans on each of a waiting gang's words cost more
-        than the words. The masks are kept with the answer, so an id is never reused."""
-        key = (what, *map(id, masks))
-        kept = self._mask_facts.get(key)
-        if kept is None or any(a is not b for a, b in zip(kept[0], masks, strict=True)):
-            kept = self._mask_facts[key] = (masks, work_out())
-        return cast(T, kept[1])
 
     def domains(self, level: str) -> Domains:
         """Per node, the id of its domain at a topology level (cached per level)."""

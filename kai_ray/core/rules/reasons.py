@@ -39,7 +39,7 @@ def explain_unplaced(placer: Placer, tasks: Sequence[Task]) -> Reason:
     types = placer.gpu_types
     if types.several and not job.info.mixed_gpu_types and types.asks_gpu(job):
         mask = placer.base_mask(job)
-        too_big = _too_big_for_each_type(placer, job, tasks, mask) if _some_node(placer, mask) else None
+        too_big = _too_big_for_each_type(placer, job, tasks, mask) if mask.any() else None
         if too_big is not None:
             return too_big
     said = type_words(placer, job)
@@ -74,11 +74,10 @@ def _explain(placer: Placer, tasks: Sequence[Task]) -> Reason:
     if refused is not None:
         return Reason("topology", refused)
     mask = placer.base_mask(job)
-    if not _some_node(placer, mask):
+    if not mask.any():
         return _no_node(placer, job)
     constraint = job.info.topology
     inside = placer.in_topology(constraint) if constraint is not None else None
-    kept = inside is None  # `mask` is one the Placer keeps (mask_fact)
     if constraint is not None and inside is not None:  # a node outside its topology is in no domain
         mask = mask & inside
         if not mask.any():
@@ -89,7 +88,7 @@ def _explain(placer: Placer, tasks: Sequence[Task]) -> Reason:
         return unmet
     task = tasks[0]
     if not job.is_whole():  # `tasks` are what the gang misses: could it ever start?
-        problem = _gang_never_fits(placer, job, _whole_gang(job, tasks), mask)
+        problem = _gang_never_fits(placer, job, tasks, mask)
         if problem:
             return Reason("gang-too-big", problem)
     if _never_fits_here(placer, job, task, mask):  # an elastic task (a gang's was caught above)
@@ -97,31 +96,14 @@ def _explain(placer: Placer, tasks: Sequence[Task]) -> Reason:
         return Reason("gang-too-big", text)
     gang = gang_words(len(tasks), task.request)
     by_type = placer.type_mask(job)  # a gang that holds a type: the room of that type alone
-    if by_type is not None:
-        mask = _narrowed(placer, mask, by_type, kept)
+    if by_type is not None and (mask & by_type).any():
+        mask = mask & by_type
     constraint = job.info.topology
     if constraint is not None and constraint.required:
         return Reason("topology", _topology_reason(placer, tasks, mask, constraint.required, gang))
     if job.info.spread == "required":
         return Reason("spread", _spread_reason(placer, job, task, mask, gang))
-    mask_key = placer.mask_fact("bytes", (mask,), mask.tobytes) if kept else mask.tobytes()
-    return Reason("no-room", _room_reason(placer, task, mask, gang, mask_key))
-
-
-def _some_node(placer: Placer, mask: np.ndarray) -> bool:
-    """Whether a mask the Placer keeps admits any node (kept with it)."""
-    return placer.mask_fact("any", (mask,), lambda: bool(mask.any()))
-
-
-def _narrowed(placer: Placer, mask: np.ndarray, by_type: np.ndarray, kept: bool) -> np.ndarray:
-    """`mask` narrowed to the nodes of the gang's type, where that leaves any node. Kept
-    with the Placer for masks it keeps (both are then the same arrays each time)."""
-
-    def work_out() -> np.ndarray:
-        narrowed = mask & by_type
-        return narrowed if narrowed.any() else mask
-
-    return placer.mask_fact("of type", (mask, by_type), work_out) if kept else work_out()
+    return Reason("no-room", _room_reason(placer, task, mask, gang))
 
 
 def _too_big_for_each_type(
@@ -131,9 +113,9 @@ def _too_big_for_each_type(
     any one type it may use even empty (the gang's nodes of every type together might)."""
     if job.is_whole():
         return None
-    types, problems, gang = placer.gpu_types, [], _whole_gang(job, tasks)
+    types, problems = placer.gpu_types, []
     for t in types.order_for(job, mask):
-        problem = _gang_never_fits(placer, job, gang, mask, on_type=t)
+        problem = _gang_never_fits(placer, job, tasks, mask, on_type=t)
         if not problem:
             return None
         problems.append(problem)
@@ -244,31 +226,19 @@ def _affinity_reason(affinity: NodeAffinity, whose: str, selector: tuple[tuple[s
     return Reason("node-affinity", text + also)
 
 
-def _whole_gang(job: Job, missing: Sequence[Task]) -> tuple[list[Request], tuple[tuple[Request, int], ...]]:
-    """The requests of the gang whole (its active tasks', then the `missing` ones), and
-    the same as runs (_runs), for a key."""
+def _gang_never_fits(
+    placer: Placer, job: Job, missing: Sequence[Task], mask: np.ndarray, on_type: int = -1
+) -> str:
+    """gang_problem on the empty nodes: its inputs are the gang's requests, the job's
+    node selector, affinity and GPU types (its mask; `on_type`: narrowed to that type's
+    nodes, only when worked out), spreading and topology level: kept per those."""
     active = [t.request for t in job.tasks if t.status.is_active] if job.active_count else []
     gang = active + [t.request for t in missing]
-    return gang, _runs(gang)
-
-
-def _gang_never_fits(
-    placer: Placer,
-    job: Job,
-    whole: tuple[list[Request], tuple[tuple[Request, int], ...]],
-    mask: np.ndarray,
-    on_type: int = -1,
-) -> str:
-    """gang_problem on the empty nodes: its inputs are the gang's requests (`whole`:
-    _whole_gang), the job's node selector, affinity and GPU types (its mask; `on_type`:
-    narrowed to that type's nodes, only when worked out), spreading and topology level:
-    kept per those."""
-    gang, runs = whole
     constraint = job.info.topology
     level = constraint.required if constraint is not None else None
     key = (
         "gang never fits",
-        runs,
+        _runs(gang),
         job.selector,
         job.affinity,
         job.info.gpu_types,
@@ -313,11 +283,12 @@ def _spread_reason(placer: Placer, job: Job, task: Task, mask: np.ndarray, gang:
     return text
 
 
-def _room_reason(placer: Placer, task: Task, mask: np.ndarray, gang: str, mask_key: bytes) -> str:
-    """Why the gang finds no room on the mask's nodes (`mask_key`: its bytes), in figures
-    of their free room. Kept while none of them changed (roomfacts.py): a look-alike is
-    explained again each time the state moved, mostly on other nodes. A fraction reads the
-    shared devices too: worked out each time."""
+def _room_reason(placer: Placer, task: Task, mask: np.ndarray, gang: str) -> str:
+    """Why the gang finds no room on the mask's nodes, in figures of their free room. Kept
+    while none of them changed (roomfacts.py): a look-alike is explained again each time
+    the state moved, mostly on other nodes. A fraction reads the shared devices too:
+    worked out each time."""
+    mask_key = mask.tobytes()
     if task.fraction_request:
         return _room_words(placer, task, mask, gang, mask_key)
     key = ("room reason", gang, task.demand.tobytes())
