@@ -190,22 +190,24 @@ def _typed_queue_rank(
     memory] and, where given, the type column its GPUs count on (typedqueues.rank_column);
     a job of any type counts them on the type where its queue stands lowest."""
     _, a1, a2 = state.usage.allocated[q]
-    j0, j1, j2 = job_amount[0], job_amount[1], job_amount[2]
-    w1, w2 = a1 + j1, a2 + j2
+    j0 = job_amount[0]
+    w1, w2 = a1 + job_amount[1], a2 + job_amount[2]
     fair, deserved, allocatable = rows.fair_share[q], rows.deserved[q], rows.allocatable[q]
     _, b1, b2 = rows.share_base[q]
-    held, (share, due, base) = typed.allocated[q], typed.share_rows[q]
+    # Asked for every job tried: the thresholds come with EPS added (rank_rows), the
+    # types are walked by index and compared in place (a zip of the rows, enumerate or
+    # max() each cost more than the comparisons themselves).
+    held, (over_at, due_at, base) = typed.allocated[q], typed.rank_rows[q]
     col = int(job_amount[3]) if len(job_amount) > 3 else -1
     if j0 > EPS and col < 0:  # any type: the one where its queue stands lowest (first on a tie)
-        lowest = 0.0
-        for c, h in enumerate(held):
-            x = (h + j0) / base[c]
-            if col < 0 or x < lowest:
+        col, lowest = 0, (held[0] + j0) / base[0]
+        for c in range(1, len(held)):
+            x = (held[c] + j0) / base[c]
+            if x < lowest:
                 col, lowest = c, x
     over = a1 > fair[1] + EPS and a2 > fair[2] + EPS
     starved = w1 <= deserved[1] + EPS and w2 <= deserved[2] + EPS
     zero_share = (allocatable[1] <= EPS and w1 > EPS) or (allocatable[2] <= EPS and w2 > EPS)
-    # Plain comparisons, no max(): asked for every job tried, and a call costs more here.
     share_with = w1 / b1 if w1 > EPS else 0.0
     x = w2 / b2 if w2 > EPS else 0.0
     if x > share_with:
@@ -218,24 +220,24 @@ def _typed_queue_rank(
     # its column alone. They only add (j0 >= 0): that column's held share is below its
     # share with them, and its deserved check is implied by theirs.
     most = 0.0  # the largest held share of a type: in both dominant shares
-    # Not strict: the four rows are made together, one entry per type, and a strict zip
-    # costs a fifth of the whole rank.
-    for h, s, d, b in zip(held, share, due, base, strict=False):
-        if over and h <= s + EPS:
+    c = 0
+    for h in held:
+        if over and h <= over_at[c]:
             over = False
-        if starved and h > d + EPS:
+        if starved and h > due_at[c]:
             starved = False
         if h > EPS:
-            x = h / b
+            x = h / base[c]
             if x > most:
                 most = x
+        c += 1  # noqa: SIM113 (enumerate costs more here: see above)
     if most > share_without:
         share_without = most
     if most > share_with:
         share_with = most
     if col >= 0:
         w = held[col] + j0
-        if starved and w > due[col] + EPS:
+        if starved and w > due_at[col]:
             starved = False
         if w > EPS:
             x = w / base[col]

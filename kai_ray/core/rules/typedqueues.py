@@ -90,21 +90,21 @@ def over_share(typed: TypedUsage, queue: int, type_id: int, more: float = 0.0) -
     return c >= 0 and typed.allocated[queue][c] + more > typed.fair_share[queue, c] + EPS
 
 
-def rank_column(typed: TypedUsage, job: Job, first: int | None = None) -> float:
+def rank_column(typed: TypedUsage, job: Job, first: int | None = None) -> int:
     """The type column its GPUs count on when its queue is ranked for it: the type its
     gang holds, else the type it is held to (`first`, Placer.first_type: ranked as
     the same job accepting that type alone, named by a queue or not), else the first
     named type it accepts; -1: any (policy ranks it)."""
     held = typed.types.held_by(job) if job.active_count else None
     if held is not None:
-        return float(typed.columns_of_types[held])
+        return typed.columns_of_types[held]
     if first is not None:
-        return float(typed.columns_of_types[first])
+        return typed.columns_of_types[first]
     for name in job.info.gpu_types:
         c = typed.column_of(name)
         if c >= 0:
-            return float(c)
-    return -1.0
+            return c
+    return -1
 
 
 def _fair_shares(typed: TypedUsage, nodes: Nodes, k: float) -> None:
@@ -140,8 +140,10 @@ def _fair_shares(typed: TypedUsage, nodes: Nodes, k: float) -> None:
         out[:, cols], deserved[:, cols] = shares.fair_share[:, :width], shares.deserved[:, :width]
         allocatable[:, cols] = shares.allocatable[:, :width]
     base = np.where(allocatable > EPS, allocatable, NO_SHARE_BASE)
-    # Per queue, for its rank: fair share, deserved share, what a dominant share divides by.
-    typed.share_rows = list(zip(out.tolist(), deserved.tolist(), base.tolist(), strict=True))
+    # Per queue, for its rank: the held GPUs above which it is over its fair share, and
+    # past its deserved share (each share plus EPS, added once here), and what a
+    # dominant share divides by.
+    typed.rank_rows = list(zip((out + EPS).tolist(), (deserved + EPS).tolist(), base.tolist(), strict=True))
     typed.fair_share = out
 
 

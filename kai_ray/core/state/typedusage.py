@@ -75,8 +75,9 @@ class TypedUsage:
         self.requested = requested  # for the fair shares (typedqueues.py sets them)
         self.weight = weight
         self.fair_share: FloatArray = np.zeros((n, t))
-        # Per queue, for its rank: fair share, deserved share, what a dominant share divides by.
-        self.share_rows: list[tuple[list[float], list[float], list[float]]] = []
+        # Per queue, for its rank: fair share and deserved share, each plus EPS, and what
+        # a dominant share divides by (typedqueues._fair_shares).
+        self.rank_rows: list[tuple[list[float], list[float], list[float]]] = []
 
     @staticmethod
     def _on_path(finite: BoolArray, tree: QueueTree) -> list[list[bool]]:
